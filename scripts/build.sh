@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs dependencies and builds build/mxrl (Release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"

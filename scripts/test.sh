@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test suite: the Release build's tests, then the unit tests again under
+# AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
+# target replaying the malformed-file corpus and fuzzing for a few seconds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+jobs=$(nproc)
+ctest --test-dir build --output-on-failure -j"$jobs"
+CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON >/dev/null
+cmake --build build-san -j"$jobs"
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+  ctest --test-dir build-san --output-on-failure -j"$jobs" -LE nosan

@@ -1,0 +1,49 @@
+#include "util/cpu.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mxrl {
+
+static CpuFeatures detect() {
+  CpuFeatures f;
+  __builtin_cpu_init();
+  // __builtin_cpu_supports checks XCR0 (OS support) for the AVX-512 state.
+  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  unsigned a, b, c, d;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && (a & (1u << 5));
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.amx_bf16 = d & (1u << 22);
+    f.amx_tile = d & (1u << 24);
+  }
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+Backend resolve_backend(Backend requested) {
+  if (requested == Backend::Auto) {
+    const char* env = std::getenv("MXRL_BACKEND");
+    if (env && std::strcmp(env, "scalar") == 0) return Backend::Scalar;
+    return cpu_features().avx512 ? Backend::Avx512 : Backend::Scalar;
+  }
+  if (requested == Backend::Avx512 && !cpu_features().avx512) return Backend::Scalar;
+  return requested;
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::Auto: return "auto";
+    case Backend::Scalar: return "scalar";
+    case Backend::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace mxrl

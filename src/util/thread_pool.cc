@@ -1,0 +1,92 @@
+#include "util/thread_pool.h"
+
+#include <algorithm>
+
+namespace mxrl {
+
+namespace {
+thread_local bool t_in_task = false;
+
+std::pair<int64_t, int64_t> chunk_range(int64_t n, int chunks, int i) {
+  const int64_t base = n / chunks, extra = n % chunks;
+  const int64_t b = i * base + std::min<int64_t>(i, extra);
+  return {b, b + base + (i < extra ? 1 : 0)};
+}
+}  // namespace
+
+int ThreadPool::hardware_threads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = hardware_threads();
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int id) {
+  uint64_t seen = 0;
+  for (;;) {
+    std::unique_lock lk(mu_);
+    start_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    const auto* task = task_;
+    const int64_t n = n_;
+    const int chunks = chunks_;
+    lk.unlock();
+    if (id < chunks) {
+      auto [b, e] = chunk_range(n, chunks, id);
+      t_in_task = true;
+      (*task)(b, e);
+      t_in_task = false;
+    }
+    lk.lock();
+    if (--pending_ == 0) done_cv_.notify_one();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                              int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int chunks = static_cast<int>(std::min<int64_t>(size(), (n + grain - 1) / grain));
+  if (chunks <= 1 || t_in_task) {
+    fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard lk(mu_);
+    task_ = &fn;
+    n_ = n;
+    chunks_ = chunks;
+    pending_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  auto [b, e] = chunk_range(n, chunks, 0);
+  t_in_task = true;
+  fn(b, e);
+  t_in_task = false;
+  std::unique_lock lk(mu_);
+  done_cv_.wait(lk, [&] { return pending_ == 0; });
+  task_ = nullptr;
+}
+
+void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                  int64_t grain) {
+  if (pool)
+    pool->parallel_for(n, fn, grain);
+  else if (n > 0)
+    fn(0, n);
+}
+
+}  // namespace mxrl

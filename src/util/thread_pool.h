@@ -1,0 +1,46 @@
+// A fixed pool of worker threads with one primitive, parallel_for, that cuts
+// [0, n) into contiguous chunks. Kernels that use it write disjoint outputs
+// per index, so results never depend on the thread count.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace mxrl {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // threads <= 0: all hardware threads
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // fn(begin, end) over chunks of at least `grain` indices; the caller runs
+  // one chunk itself. A call from inside a task runs serially.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                    int64_t grain = 1);
+
+  static int hardware_threads();
+
+ private:
+  void worker_loop(int id);
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(int64_t, int64_t)>* task_ = nullptr;
+  int64_t n_ = 0;
+  int chunks_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// Serial when pool is null.
+void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                  int64_t grain = 1);
+
+}  // namespace mxrl
