@@ -1,0 +1,130 @@
+// mxrl bench quantize: MX quantize/dequantize throughput beside memcpy of the
+// same bytes, measured in the same run with the same threads.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "numerics/mx.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+struct BenchArgs {
+  int threads = 1;
+  bool json = false;
+  int size_mib = 64;
+  std::string elem = "e4m3";
+  double min_time = 0.3;
+};
+
+// Median seconds of a run of fn over >= 5 repetitions and >= min_time.
+double time_median(const std::function<void()>& fn, double min_time) {
+  fn();  // warm up (page faults, caches)
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < 5 || total < min_time) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    total += t.back();
+    if (t.size() >= 200) break;
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+struct Result {
+  std::string op;
+  double bytes_in;  // input bytes per run
+  double elems;
+  double seconds;
+};
+
+void bench_quantize(const BenchArgs& a) {
+  ThreadPool pool(a.threads);
+  const auto elem = *elem_from_name(a.elem);
+  const int64_t cols = 4096, rows = std::max<int64_t>(32, int64_t(a.size_mib) * (1 << 20) / 4 / cols / 32 * 32);
+  const int64_t n = rows * cols;
+  std::vector<float> x(n), copy(n), y(n);
+  std::vector<uint8_t> codes(n), scales(mx_num_scales(rows, cols, Axis::Row));
+  std::mt19937 rng(0);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& v : x) v = nd(rng);
+  const Exec exec{&pool, Backend::Auto};
+  const double fbytes = 4.0 * n;
+  auto memcpy_par = [&] {
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      std::memcpy(copy.data() + b, x.data() + b, (e - b) * sizeof(float));
+    }, 1 << 16);
+  };
+  auto quant = [&](Axis axis, Rounding r, Backend be) {
+    return [&, axis, r, be] {
+      MxConfig cfg{elem, ScaleRule::RCeil, axis, r, 1};
+      mx_quantize(x.data(), InType::F32, rows, cols, cfg, codes.data(), scales.data(), {&pool, be});
+    };
+  };
+  std::vector<Result> res;
+  const bool progress = isatty(2);
+  auto run = [&](const std::string& op, double bytes, const std::function<void()>& fn, double min_time) {
+    if (progress) fmt::print(stderr, "\r  measuring {:<28}", op);
+    res.push_back({op, bytes, static_cast<double>(n), time_median(fn, min_time)});
+  };
+  run("memcpy", fbytes, memcpy_par, a.min_time);
+  run("quantize row (rne)", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Auto), a.min_time);
+  run("quantize col (rne)", fbytes, quant(Axis::Col, Rounding::RNE, Backend::Auto), a.min_time);
+  run("quantize row (stochastic)", fbytes, quant(Axis::Row, Rounding::Stochastic, Backend::Auto), a.min_time);
+  run("dequantize row", double(n) + double(scales.size()), [&] {
+    mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, y.data(), exec);
+  }, a.min_time);
+  run("quantize row, scalar ref", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Scalar), 0);
+
+  if (progress) fmt::print(stderr, "\r{:<40}\r", "");
+  const double memcpy_gbps = res[0].bytes_in / res[0].seconds / 1e9;
+  const Backend be = resolve_backend(Backend::Auto);
+  nlohmann::json j = {{"bench", "quantize"}, {"threads", pool.size()}, {"backend", backend_name(be)},
+                      {"elem", a.elem}, {"scale_rule", "rceil"}, {"shape", {rows, cols}},
+                      {"memcpy_gbps", memcpy_gbps}, {"results", nlohmann::json::array()}};
+  if (!a.json)
+    fmt::print("bench quantize: {} x {} FP32 ({:.0f} MiB), {} {}, backend {}, {} thread(s); median times\n"
+               "{:<28} {:>10} {:>10} {:>10}\n", rows, cols, fbytes / (1 << 20), a.elem, "rceil",
+               backend_name(be), pool.size(), "op", "GB/s in", "Gelem/s", "x memcpy");
+  for (const Result& r : res) {
+    const double gbps = r.bytes_in / r.seconds / 1e9;
+    j["results"].push_back({{"op", r.op}, {"seconds", r.seconds}, {"gbps_input", gbps},
+                            {"gelem_per_s", r.elems / r.seconds / 1e9}, {"ratio_to_memcpy", gbps / memcpy_gbps}});
+    if (!a.json)
+      fmt::print("{:<28} {:>10.2f} {:>10.3f} {:>10.2f}\n", r.op, gbps, r.elems / r.seconds / 1e9,
+                 gbps / memcpy_gbps);
+  }
+  if (a.json) fmt::print("{}\n", j.dump());
+}
+}  // namespace
+
+void add_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks (figures beside a baseline measured in the same run)");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<BenchArgs>();
+  auto* q = bench->add_subcommand("quantize", "MX quantize/dequantize GB/s beside memcpy of the same bytes");
+  q->add_option("--threads", args->threads, "Worker threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  q->add_flag("--json", args->json, "Print one JSON object (last line) instead of a table");
+  q->add_option("--size-mib", args->size_mib, "FP32 input size in MiB")->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  q->add_option("--elem", args->elem, "Element type")->check(CLI::IsMember({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}))
+      ->capture_default_str();
+  q->add_option("--min-time", args->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  q->callback([args] { bench_quantize(*args); });
+}
+
+}  // namespace mxrl::cli

@@ -1,0 +1,252 @@
+// End-to-end tests of the mxrl binary: quantize/dequantize round trips against
+// the library, error handling (one line, non-zero exit, no output file), and
+// the bench and demo commands.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "io/mx_file.h"
+#include "io/safetensors.h"
+#include "numerics/mx.h"
+
+namespace mxrl {
+namespace {
+namespace fs = std::filesystem;
+
+struct CmdResult {
+  int rc;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("mxrl_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+            "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CmdResult run(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string cmd = std::string(MXRL_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int status = std::system(cmd.c_str());
+    return {WEXITSTATUS(status), slurp(out), slurp(err)};
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // F32 [64, 64], BF16 [2, 3, 32], F16 [32, 96] with a wide spread of magnitudes.
+  void write_input(const std::string& p) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0, 1);
+    st::Writer w;
+    auto vals = [&](int64_t n) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = nd(rng) * std::exp2(float(rng() % 16) - 8);
+      return v;
+    };
+    auto f32 = vals(64 * 64);
+    std::vector<std::byte> b(f32.size() * 4);
+    std::memcpy(b.data(), f32.data(), b.size());
+    w.add("w.f32", st::DType::F32, {64, 64}, std::move(b));
+    auto bf = vals(2 * 3 * 32);
+    std::vector<std::byte> bb(bf.size() * 2);
+    for (size_t i = 0; i < bf.size(); ++i) {
+      const uint16_t h = f32_to_bf16(bf[i]);
+      std::memcpy(&bb[2 * i], &h, 2);
+    }
+    w.add("w.bf16", st::DType::BF16, {2, 3, 32}, std::move(bb));
+    auto hf = vals(32 * 96);
+    std::vector<std::byte> hb(hf.size() * 2);
+    for (size_t i = 0; i < hf.size(); ++i) {
+      const uint16_t h = f32_to_f16(hf[i]);
+      std::memcpy(&hb[2 * i], &h, 2);
+    }
+    w.add("w.f16", st::DType::F16, {32, 96}, std::move(hb));
+    w.set_metadata({{"origin", "cli_test"}});
+    w.write(p);
+  }
+
+  fs::path dir_;
+};
+
+InType in_type(st::DType d) {
+  return d == st::DType::F32 ? InType::F32 : d == st::DType::BF16 ? InType::BF16 : InType::F16;
+}
+
+TEST_F(Cli, HelpListsCommands) {
+  const CmdResult r = run("--help");
+  EXPECT_EQ(r.rc, 0);
+  for (const char* c : {"quantize", "dequantize", "bench", "demo"}) EXPECT_NE(r.out.find(c), std::string::npos) << c;
+  for (const char* c : {"quantize --help", "dequantize --help", "bench quantize --help", "demo --help"})
+    EXPECT_EQ(run(c).rc, 0) << c;
+}
+
+TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
+  write_input(path("in.safetensors"));
+  for (const char* elem : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
+    for (const char* axis : {"row", "col"}) {
+      SCOPED_TRACE(std::string(elem) + " " + axis);
+      const bool col = std::string(axis) == "col";
+      const std::string q = path("q.safetensors"), d = path("d.safetensors");
+      fs::remove(q);
+      const CmdResult r = run(fmt::format("quantize {} {} --elem {} --scale-rule floor --axis {} --threads 2",
+                                    path("in.safetensors"), q, elem, axis));
+      if (col) {  // w.bf16 is 3-D: col blocks need 2-D tensors
+        EXPECT_EQ(r.rc, 1);
+        EXPECT_NE(r.err.find("w.bf16"), std::string::npos) << r.err;
+        EXPECT_FALSE(fs::exists(q));
+        continue;
+      }
+      ASSERT_EQ(r.rc, 0) << r.err;
+      const st::File in = st::File::open(path("in.safetensors"));
+      const st::File qf = st::File::open(q);
+      EXPECT_EQ(qf.metadata().at("mxrl.elem"), elem);
+      EXPECT_EQ(qf.metadata().at("mxrl.scale_rule"), "floor");
+      EXPECT_EQ(qf.metadata().at("origin"), "cli_test");
+      const ElemType e = *elem_from_name(elem);
+      for (const auto& t : in.tensors()) {
+        const auto& c = qf.at(t.name);
+        const auto& s = qf.at(t.name + "_scale");
+        EXPECT_EQ(c.shape, t.shape);
+        EXPECT_EQ(c.dtype, e == ElemType::E4M3 ? st::DType::F8_E4M3 : e == ElemType::E5M2 ? st::DType::F8_E5M2 : st::DType::U8);
+        EXPECT_EQ(s.dtype, st::DType::F8_E8M0);
+        auto ss = t.shape;
+        ss.back() /= 32;
+        EXPECT_EQ(s.shape, ss);
+        const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+        std::vector<uint8_t> codes(rows * cols), scales(rows * cols / 32);
+        mx_quantize(t.data.data(), in_type(t.dtype), rows, cols, {e, ScaleRule::Floor}, codes.data(), scales.data());
+        EXPECT_EQ(0, std::memcmp(codes.data(), c.data.data(), codes.size()));
+        EXPECT_EQ(0, std::memcmp(scales.data(), s.data.data(), scales.size()));
+      }
+      ASSERT_EQ(run(fmt::format("dequantize {} {}", q, d)).rc, 0);
+      const st::File df = st::File::open(d);
+      EXPECT_EQ(df.tensors().size(), in.tensors().size());
+      EXPECT_EQ(df.metadata().count("mxrl.format"), 0u);
+      for (const auto& t : in.tensors()) {
+        const auto& y = df.at(t.name);
+        EXPECT_EQ(y.dtype, st::DType::F32);
+        EXPECT_EQ(y.shape, t.shape);
+        const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+        std::vector<float> ref(rows * cols);
+        mx_dequantize(reinterpret_cast<const uint8_t*>(qf.at(t.name).data.data()),
+                      reinterpret_cast<const uint8_t*>(qf.at(t.name + "_scale").data.data()), rows, cols, e,
+                      Axis::Row, ref.data());
+        EXPECT_EQ(0, std::memcmp(ref.data(), y.data.data(), ref.size() * 4));
+      }
+    }
+}
+
+TEST_F(Cli, ColAxisScalesAreR32ByC) {
+  st::Writer w;
+  std::vector<float> v(64 * 40, 0.5f);
+  std::vector<std::byte> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  w.add("m", st::DType::F32, {64, 40}, std::move(b));
+  w.write(path("in.safetensors"));
+  ASSERT_EQ(run(fmt::format("quantize {} {} --elem e4m3 --scale-rule rceil --axis col", path("in.safetensors"),
+                            path("q.safetensors"))).rc, 0);
+  const st::File q = st::File::open(path("q.safetensors"));
+  EXPECT_EQ(q.at("m_scale").shape, (std::vector<int64_t>{2, 40}));
+  ASSERT_EQ(run(fmt::format("dequantize {} {}", path("q.safetensors"), path("d.safetensors"))).rc, 0);
+  const st::File d = st::File::open(path("d.safetensors"));
+  float y0;
+  std::memcpy(&y0, d.at("m").data.data(), 4);
+  EXPECT_EQ(y0, 0.5f);
+}
+
+TEST_F(Cli, StochasticRoundingIsSeededAndThreadInvariant) {
+  write_input(path("in.safetensors"));
+  const std::string base = fmt::format("quantize {} ", path("in.safetensors"));
+  const std::string flags = " --elem e4m3 --scale-rule rceil --round stochastic";
+  ASSERT_EQ(run(base + path("a.safetensors") + flags + " --seed 7 --threads 1").rc, 0);
+  ASSERT_EQ(run(base + path("b.safetensors") + flags + " --seed 7 --threads 3").rc, 0);
+  ASSERT_EQ(run(base + path("c.safetensors") + flags + " --seed 8").rc, 0);
+  EXPECT_EQ(slurp(path("a.safetensors")), slurp(path("b.safetensors")));
+  EXPECT_NE(slurp(path("a.safetensors")), slurp(path("c.safetensors")));
+}
+
+TEST_F(Cli, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
+  write_input(path("in.safetensors"));
+  const std::string in = path("in.safetensors"), out = path("out.safetensors");
+  struct Case { std::string args; int rc; std::string phrase; };
+  const Case cases[] = {
+      {fmt::format("quantize {} {} --elem e4m4 --scale-rule floor", in, out), 2, "--elem"},
+      {fmt::format("quantize {} {} --elem e4m3", in, out), 2, "--scale-rule"},
+      {fmt::format("quantize {} {} --elem e4m3 --scale-rule floor --bogus", in, out), 2, "bogus"},
+      {fmt::format("quantize {} {} --elem e4m3 --scale-rule floor --seed 3", in, out), 2, "--round"},
+      {fmt::format("quantize {} {} --elem e4m3 --scale-rule floor", path("missing.safetensors"), out), 2, "missing"},
+      {fmt::format("dequantize {} {}", in, out), 1, "not an MX file"},
+      {"frobnicate", 2, "frobnicate"},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = run(c.args);
+    EXPECT_EQ(r.rc, c.rc) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.phrase), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  // Unsupported dtype and a last dimension that is not a multiple of 32.
+  for (auto [dtype, shape, phrase] : {std::tuple{st::DType::I32, std::vector<int64_t>{2, 32}, "dtype I32"},
+                                      std::tuple{st::DType::F32, std::vector<int64_t>{4, 30}, "multiple of 32"}}) {
+    st::Writer w;
+    w.add("bad.tensor", dtype, shape, std::vector<std::byte>(shape[0] * shape[1] * 4));
+    w.write(path("bad.safetensors"));
+    const CmdResult r = run(fmt::format("quantize {} {} --elem e4m3 --scale-rule floor", path("bad.safetensors"), out));
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("bad.tensor"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(phrase), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  // A failed run never replaces an existing output.
+  std::ofstream(out) << "keep";
+  EXPECT_EQ(run(fmt::format("dequantize {} {}", in, out)).rc, 1);
+  EXPECT_EQ(slurp(out), "keep");
+}
+
+TEST_F(Cli, BenchQuantizeJson) {
+  const CmdResult r = run("bench quantize --json --size-mib 2 --min-time 0 --threads 1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_GT(j["memcpy_gbps"].get<double>(), 0);
+  ASSERT_GE(j["results"].size(), 5u);
+  for (const auto& x : j["results"]) EXPECT_GT(x["gbps_input"].get<double>(), 0) << x;
+}
+
+TEST_F(Cli, DemoReportsEveryFormat) {
+  const CmdResult r = run(fmt::format("demo --out {} --threads 2", path("demo")));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* e : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
+    for (const char* rule : {"floor", "rceil"}) {
+      const auto pos = r.out.find(fmt::format("{:<6} {:<6}", e, rule));
+      ASSERT_NE(pos, std::string::npos) << e << " " << rule << "\n" << r.out;
+      const double sqnr = std::stod(r.out.substr(pos + 14, 9));
+      // E4M3 keeps ~30 dB on Gaussian weights; FP4 far less.
+      EXPECT_GT(sqnr, std::string(e) == "e4m3" ? 28 : 8) << e << " " << rule;
+      EXPECT_TRUE(fs::exists(path("demo") + "/" + e + "-" + rule + ".safetensors"));
+    }
+}
+
+}  // namespace
+}  // namespace mxrl

@@ -1,0 +1,18 @@
+// Each mxrl subcommand registers itself on the root CLI11 app.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace mxrl::cli {
+
+void add_quantize_commands(CLI::App& app);  // quantize, dequantize
+void add_bench_commands(CLI::App& app);     // bench quantize
+void add_demo_command(CLI::App& app);       // demo (the main job for now)
+
+// --threads N (0 = all cores), shared by commands that compute.
+inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {
+  return cmd->add_option("--threads", *threads, "Worker threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->default_val(0);
+}
+
+}  // namespace mxrl::cli

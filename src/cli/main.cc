@@ -1,0 +1,44 @@
+// mxrl: end-to-end MXFP8 reinforcement learning of language models.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+static bool has_command(CLI::App& app, const char* name) {
+  for (const CLI::App* c : app.get_subcommands({}))
+    if (c->get_name() == name) return true;
+  return false;
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"mxrl: MXFP8 training and rollout that agree to the bit", "mxrl"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "mxrl 0.1");
+  mxrl::cli::add_quantize_commands(app);
+  mxrl::cli::add_bench_commands(app);
+  mxrl::cli::add_demo_command(app);
+  if (argc > 1 && argv[1][0] != '-' && !has_command(app, argv[1])) {
+    std::fprintf(stderr, "mxrl: error: unknown command '%s' (see --help)\n", argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "mxrl: error: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const mxrl::Error& e) {
+    std::fprintf(stderr, "mxrl: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mxrl: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

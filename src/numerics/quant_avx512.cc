@@ -1,0 +1,246 @@
+// AVX-512 quantization kernels. Each mirrors its scalar reference in
+// quant_scalar.cc and must agree with it bit for bit (quant_test.cc).
+#include <cstring>
+
+#include "numerics/quant_kernels.h"
+#include "numerics/rng.h"
+#include "numerics/simd_avx512.h"
+
+namespace mxrl::detail {
+namespace {
+using namespace mxrl::simd;
+
+// sr_bits(key, idx0 + lane) for 16 consecutive indices.
+inline __m512i sr_bits16(uint64_t key, uint64_t idx0) {
+  const __m512i lanes_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(kGolden));
+  auto mix = [&](__m512i lanes) {
+    const __m512i base = _mm512_set1_epi64(static_cast<long long>(key + idx0 * kGolden));
+    __m512i z = _mm512_add_epi64(base, _mm512_mullo_epi64(lanes, golden));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
+                           _mm512_set1_epi64(static_cast<long long>(0xBF58476D1CE4E5B9ull)));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+                           _mm512_set1_epi64(static_cast<long long>(0x94D049BB133111EBull)));
+    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+    return _mm512_cvtepi64_epi32(_mm512_srli_epi64(z, 32));
+  };
+  const __m256i lo = mix(lanes_lo);
+  const __m256i hi = mix(_mm512_add_epi64(lanes_lo, _mm512_set1_epi64(8)));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// Stochastic rounding of 16 lanes onto the grid, then exact encode (matches
+// mx_elem in the scalar reference).
+inline __m512i sr_encode16(__m512 v, const Elem& p, __m512i u) {
+  const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), p.max_normal);
+  const __m512i ef = _mm512_srli_epi32(_mm512_castps_si512(a), 23);
+  const __m512i eq = _mm512_sub_epi32(
+      _mm512_max_epi32(_mm512_sub_epi32(ef, _mm512_set1_epi32(127)), _mm512_set1_epi32(p.emin)),
+      _mm512_set1_epi32(p.mbits));
+  const __m512 eqf = _mm512_cvtepi32_ps(eq);
+  const __m512 m = _mm512_scalef_ps(a, _mm512_sub_ps(_mm512_setzero_ps(), eqf));  // exact
+  const __m512 fl = _mm512_roundscale_ps(m, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i threshold =
+      _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_sub_ps(m, fl), _mm512_set1_ps(4294967296.0f)));
+  const __mmask16 up = _mm512_cmplt_epu32_mask(u, threshold);
+  const __m512 q = _mm512_mask_add_ps(fl, up, fl, _mm512_set1_ps(1.0f));
+  const __m512 r = _mm512_min_ps(_mm512_scalef_ps(q, eqf), p.max_normal);
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), p.sign_in);
+  return encode16(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign)), p);
+}
+
+template <bool kStochastic>
+inline __m512i quant16(__m512 x, __m512 neg_e, const Elem& p, uint64_t key, uint64_t idx) {
+  const __m512 v = _mm512_scalef_ps(x, neg_e);  // x * 2^-e, exact unless it underflows to 0-bound values
+  if constexpr (kStochastic) return sr_encode16(v, p, sr_bits16(key, idx));
+  return encode16(v, p);
+}
+
+// Scale bytes for 16 finite block maxima (mx_scale_byte, vectorized).
+inline __m512i scale_bytes16(__m512i amax, ElemType elem, ScaleRule rule) {
+  const ElemTraits& f = elem_traits(elem);
+  if (rule == ScaleRule::Floor) {
+    __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(amax, 23), _mm512_set1_epi32(127 + f.emax));
+    e = _mm512_max_epi32(_mm512_min_epi32(e, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    return _mm512_add_epi32(e, _mm512_set1_epi32(127));
+  }
+  const __m512i d = _mm512_castps_si512(
+      _mm512_mul_ps(_mm512_castsi512_ps(amax), _mm512_set1_ps(1.0f / f.max_normal)));
+  const __m512i exp = _mm512_srli_epi32(d, 23);
+  const __m512i mant = _mm512_and_si512(d, _mm512_set1_epi32(0x7FFFFF));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i normal =
+      _mm512_mask_add_epi32(exp, _mm512_test_epi32_mask(mant, mant), exp, one);
+  const __m512i sub = _mm512_maskz_mov_epi32(
+      _mm512_cmpgt_epi32_mask(mant, _mm512_set1_epi32(0x400000)), one);
+  return _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(exp, _mm512_setzero_si512()), normal,
+                                 sub);
+}
+
+inline void store16(uint8_t* dst, __m512i codes, __mmask16 m = 0xFFFF) {
+  _mm512_mask_cvtepi32_storeu_epi8(dst, m, codes);
+}
+
+inline __m512 canonical_nan(__m512 y) {
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q),
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+}
+
+template <bool kStochastic>
+void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
+                    const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+  const Elem p(cfg.elem);
+  const uint64_t key = sr_key(cfg.seed);
+  const int64_t nb = cols / kMxBlock;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t i = r * cols + b * kMxBlock;
+      const __m512 x0 = load16(x, in, i), x1 = load16(x, in, i + 16);
+      const uint32_t amax =
+          _mm512_reduce_max_epu32(_mm512_max_epu32(abs_bits16(x0), abs_bits16(x1)));
+      if (amax >= kInfBits) {
+        scales[r * nb + b] = kE8M0Nan;
+        std::memset(codes + i, 0, kMxBlock);
+        continue;
+      }
+      const uint8_t s = mx_scale_byte(amax, cfg.elem, cfg.rule);
+      scales[r * nb + b] = s;
+      const __m512 neg_e = _mm512_set1_ps(static_cast<float>(127 - s));
+      store16(codes + i, quant16<kStochastic>(x0, neg_e, p, key, i));
+      store16(codes + i + 16, quant16<kStochastic>(x1, neg_e, p, key, i + 16));
+    }
+}
+
+void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
+                  const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+  if (cfg.round == Rounding::Stochastic)
+    mx_quant_row_t<true>(x, in, cols, r0, r1, cfg, codes, scales);
+  else
+    mx_quant_row_t<false>(x, in, cols, r0, r1, cfg, codes, scales);
+}
+
+template <bool kStochastic>
+void mx_quant_col_t(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
+                    int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+  const Elem p(cfg.elem);
+  const uint64_t key = sr_key(cfg.seed);
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t c = c0; c < c1; c += 16) {
+      const __mmask16 m = c1 - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (c1 - c)) - 1);
+      const int64_t row0 = g * kMxBlock;
+      __m512i amax = _mm512_setzero_si512();
+      for (int k = 0; k < kMxBlock; ++k)
+        amax = _mm512_max_epu32(amax, abs_bits16(load16(x, in, (row0 + k) * cols + c, m)));
+      const __mmask16 bad = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(kInfBits));
+      const __m512i sb = _mm512_mask_mov_epi32(scale_bytes16(amax, cfg.elem, cfg.rule), bad,
+                                               _mm512_set1_epi32(kE8M0Nan));
+      store16(scales + g * cols + c, sb, m);
+      const __m512 neg_e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(127), sb));
+      for (int k = 0; k < kMxBlock; ++k) {
+        const int64_t i = (row0 + k) * cols + c;
+        const __m512i code = quant16<kStochastic>(load16(x, in, i, m), neg_e, p, key, i);
+        store16(codes + i, _mm512_maskz_mov_epi32(static_cast<__mmask16>(~bad), code), m);
+      }
+    }
+}
+
+void mx_quant_col(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
+                  int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+  if (cfg.round == Rounding::Stochastic)
+    mx_quant_col_t<true>(x, in, cols, g0, g1, c0, c1, cfg, codes, scales);
+  else
+    mx_quant_col_t<false>(x, in, cols, g0, g1, c0, c1, cfg, codes, scales);
+}
+
+inline __m512i load_codes16(const uint8_t* p, __mmask16 m = 0xFFFF) {
+  return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+}
+
+void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0,
+                    int64_t r1, ElemType elem, float* out) {
+  const Elem p(elem);
+  const int64_t nb = cols / kMxBlock;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m512 s = _mm512_set1_ps(e8m0_to_f32(scales[r * nb + b]));
+      for (int h = 0; h < kMxBlock; h += 16) {
+        const int64_t i = r * cols + b * kMxBlock + h;
+        _mm512_storeu_ps(out + i, canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i), p), s)));
+      }
+    }
+}
+
+void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0,
+                    int64_t g1, int64_t c0, int64_t c1, ElemType elem, float* out) {
+  const Elem p(elem);
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t c = c0; c < c1; c += 16) {
+      const __mmask16 m = c1 - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (c1 - c)) - 1);
+      const __m512 s = e8m0_to_f32_16(load_codes16(scales + g * cols + c, m));
+      for (int k = 0; k < kMxBlock; ++k) {
+        const int64_t i = (g * kMxBlock + k) * cols + c;
+        _mm512_mask_storeu_ps(out + i, m,
+                              canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i, m), p), s)));
+      }
+    }
+}
+
+// Runs fn(c, mask) over [c0, c1) in steps of 16.
+template <typename Fn>
+inline void for_chunks16(int64_t c0, int64_t c1, Fn&& fn) {
+  for (int64_t c = c0; c < c1; c += 16)
+    fn(c, c1 - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (c1 - c)) - 1));
+}
+
+void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1,
+                uint32_t* amax) {
+  const int64_t ncg = (cols + gc - 1) / gc;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t cg = 0; cg < ncg; ++cg) {
+      __m512i m = _mm512_setzero_si512();
+      for_chunks16(cg * gc, std::min(cols, (cg + 1) * gc), [&](int64_t c, __mmask16 k) {
+        m = _mm512_max_epu32(m, abs_bits16(load16(x, in, r * cols + c, k)));
+      });
+      amax[r * ncg + cg] = _mm512_reduce_max_epu32(m);
+    }
+}
+
+void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
+                  int64_t r1, ElemType elem, const float* scales, uint8_t* codes) {
+  const Elem p(elem);
+  const int64_t ncg = (cols + gc - 1) / gc;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t cg = 0; cg < ncg; ++cg) {
+      const float s = scales[(r / gr) * ncg + cg];
+      const __m512 sv = _mm512_set1_ps(s);
+      for_chunks16(cg * gc, std::min(cols, (cg + 1) * gc), [&](int64_t c, __mmask16 k) {
+        const int64_t i = r * cols + c;
+        const __m512i code = s == 0.0f ? _mm512_setzero_si512()
+                                       : encode16(_mm512_div_ps(load16(x, in, i, k), sv), p);
+        store16(codes + i, code, k);
+      });
+    }
+}
+
+void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
+                  int64_t r1, ElemType elem, const float* scales, float* out) {
+  const Elem p(elem);
+  const int64_t ncg = (cols + gc - 1) / gc;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t cg = 0; cg < ncg; ++cg) {
+      const __m512 sv = _mm512_set1_ps(scales[(r / gr) * ncg + cg]);
+      for_chunks16(cg * gc, std::min(cols, (cg + 1) * gc), [&](int64_t c, __mmask16 k) {
+        const int64_t i = r * cols + c;
+        _mm512_mask_storeu_ps(out + i, k,
+                              canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i, k), p), sv)));
+      });
+    }
+}
+
+}  // namespace
+
+const QuantKernels kAvx512Kernels = {mx_quant_row,   mx_quant_col, mx_dequant_row,
+                                     mx_dequant_col, group_amax,   group_encode,
+                                     group_decode};
+
+}  // namespace mxrl::detail

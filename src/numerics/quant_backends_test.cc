@@ -1,0 +1,172 @@
+// Every backend (run on 3 threads) agrees bit for bit with the scalar
+// reference run on one thread, on random and edge-case inputs, for every
+// element type, scale rule, axis, rounding and input type.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "numerics/fp8_grid.h"
+#include "numerics/mx.h"
+#include "util/thread_pool.h"
+
+namespace mxrl {
+namespace {
+
+std::vector<Backend> backends() {
+  std::vector<Backend> b{Backend::Scalar};
+  if (cpu_features().avx512) b.push_back(Backend::Avx512);
+  return b;
+}
+
+// Blocks of 32 (along the row) drawn from a menu of hard cases.
+std::vector<float> edge_case_tensor(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> x(rows * cols);
+  auto pick = [&](int n) { return static_cast<int>(rng() % n); };
+  for (int64_t i = 0; i < rows * cols; i += 32) {
+    float* b = &x[i];
+    const int k = std::min<int64_t>(32, rows * cols - i);
+    const float mag = std::ldexp(1.0f, pick(260) - 140);
+    for (int j = 0; j < k; ++j) b[j] = nd(rng) * mag;
+    switch (pick(12)) {
+      case 0:  // amax significand at and around 1.75 (and just under 2)
+      case 1: {
+        const uint32_t m = (pick(4) == 0) ? 0x7FFFFF : 0x600000 + pick(5) - 2;
+        b[pick(k)] = f32_from_bits((static_cast<uint32_t>(pick(200) + 20) << 23) | m) * (pick(2) ? 1 : -1);
+        break;
+      }
+      case 2:  // exact ties on the element grid: amax 2^8 puts E4M3 e at 0
+        b[0] = 256.0f;
+        for (int j = 1; j < k; ++j) b[j] = (pick(64) + 0.5f) * std::ldexp(1.0f, pick(12) - 12);
+        break;
+      case 3:  // tiny elements beside a large one: element subnormals and underflow
+        b[pick(k)] = mag * 1e6f;
+        for (int j = 0; j < k; ++j) if (pick(2)) b[j] = mag * std::ldexp(1.0f, -pick(40));
+        break;
+      case 4: std::fill(b, b + k, 0.0f); if (pick(2)) b[pick(k)] = -0.0f; break;
+      case 5: b[pick(k)] = std::numeric_limits<float>::quiet_NaN(); break;
+      case 6: b[pick(k)] = (pick(2) ? 1 : -1) * std::numeric_limits<float>::infinity(); break;
+      case 7:  // FP32 subnormals
+        for (int j = 0; j < k; ++j) b[j] = f32_from_bits(static_cast<uint32_t>(rng() & 0x807FFFFF));
+        break;
+      case 8: b[pick(k)] = std::numeric_limits<float>::max(); break;
+      default: break;
+    }
+  }
+  return x;
+}
+
+template <typename T>
+void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) {
+      FAIL() << what << ": first difference at " << i;
+    }
+}
+
+struct Source {
+  std::vector<float> f32;
+  std::vector<uint16_t> half;  // bf16 or f16 bits
+  InType in;
+  const void* data() const { return in == InType::F32 ? static_cast<const void*>(f32.data()) : half.data(); }
+};
+
+Source make_source(InType in, int64_t rows, int64_t cols, uint32_t seed) {
+  Source s{edge_case_tensor(rows, cols, seed), {}, in};
+  if (in != InType::F32) {
+    std::mt19937 rng(seed);
+    s.half.resize(s.f32.size());
+    for (size_t i = 0; i < s.f32.size(); ++i)
+      s.half[i] = (i % 7 == 0) ? static_cast<uint16_t>(rng())  // random bit patterns too
+                               : (in == InType::BF16 ? f32_to_bf16(s.f32[i]) : f32_to_f16(s.f32[i]));
+  }
+  return s;
+}
+
+TEST(QuantBackends, MxQuantizeMatchesScalarReference) {
+  ThreadPool pool(3);
+  uint32_t seed = 100;
+  for (Backend be : backends())
+    for (InType in : {InType::F32, InType::BF16, InType::F16})
+      for (ElemType t : kAllElemTypes)
+        for (ScaleRule rule : {ScaleRule::Floor, ScaleRule::RCeil})
+          for (Axis axis : {Axis::Row, Axis::Col})
+            for (Rounding rnd : {Rounding::RNE, Rounding::Stochastic}) {
+              const int64_t rows = axis == Axis::Row ? 37 : 96, cols = axis == Axis::Row ? 160 : 53;
+              const Source src = make_source(in, rows, cols, ++seed);
+              const MxConfig cfg{t, rule, axis, rnd, seed};
+              const int64_t ns = mx_num_scales(rows, cols, axis);
+              std::vector<uint8_t> c0(rows * cols), s0(ns), c1(rows * cols, 0xAA), s1(ns, 0xAA);
+              mx_quantize(src.data(), in, rows, cols, cfg, c0.data(), s0.data(), {nullptr, Backend::Scalar});
+              mx_quantize(src.data(), in, rows, cols, cfg, c1.data(), s1.data(), {&pool, be});
+              const std::string what = std::string(backend_name(be)) + " " + elem_traits(t).name + " " +
+                                       scale_rule_name(rule) + " " + axis_name(axis) + " " +
+                                       rounding_name(rnd) + " in=" + std::to_string(int(in));
+              expect_same_bits(s0, s1, what + " scales");
+              expect_same_bits(c0, c1, what + " codes");
+              // Dequantize back, both ways.
+              std::vector<float> y0(rows * cols), y1(rows * cols);
+              mx_dequantize(c0.data(), s0.data(), rows, cols, t, axis, y0.data(), {nullptr, Backend::Scalar});
+              mx_dequantize(c0.data(), s0.data(), rows, cols, t, axis, y1.data(), {&pool, be});
+              expect_same_bits(y0, y1, what + " dequant");
+            }
+}
+
+TEST(QuantBackends, MxDequantizeOfArbitraryBytes) {
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  const int64_t rows = 64, cols = 96;
+  std::vector<uint8_t> codes(rows * cols), scales(rows * cols);
+  for (auto& c : codes) c = static_cast<uint8_t>(rng());
+  for (auto& s : scales) s = static_cast<uint8_t>(rng());
+  for (Backend be : backends())
+    for (ElemType t : kAllElemTypes)
+      for (Axis axis : {Axis::Row, Axis::Col}) {
+        const uint8_t mask = static_cast<uint8_t>(elem_traits(t).num_codes() - 1);
+        std::vector<uint8_t> c(codes);
+        for (auto& v : c) v &= mask;
+        std::vector<float> y0(rows * cols), y1(rows * cols);
+        mx_dequantize(c.data(), scales.data(), rows, cols, t, axis, y0.data(), {nullptr, Backend::Scalar});
+        mx_dequantize(c.data(), scales.data(), rows, cols, t, axis, y1.data(), {&pool, be});
+        expect_same_bits(y0, y1, std::string(backend_name(be)) + " " + elem_traits(t).name);
+      }
+}
+
+TEST(QuantBackends, Fp8GridsMatchScalarReference) {
+  ThreadPool pool(3);
+  uint32_t seed = 500;
+  const int64_t rows = 200, cols = 300;
+  for (Backend be : backends())
+    for (InType in : {InType::F32, InType::BF16})
+      for (ElemType t : {ElemType::E4M3, ElemType::E5M2})
+        for (Fp8Grid g : {Fp8Grid::per_tensor(rows, cols), Fp8Grid::per_token(cols),
+                          Fp8Grid::block128_weight(), Fp8Grid::block128_act()}) {
+          Source src = make_source(in, rows, cols, ++seed);
+          if (seed % 2) {  // half the cases without NaN/Inf, so scales stay finite
+            for (auto& v : src.f32) if (!std::isfinite(v)) v = 1.0f;
+            for (auto& h : src.half) if ((h & 0x7F80) == 0x7F80) h = 0x3F80;
+          }
+          const int64_t ns = fp8_num_scales(rows, cols, g);
+          std::vector<uint8_t> c0(rows * cols), c1(rows * cols, 0xAA);
+          std::vector<float> s0(ns), s1(ns);
+          fp8_quantize(src.data(), in, rows, cols, g, t, c0.data(), s0.data(), {nullptr, Backend::Scalar});
+          fp8_quantize(src.data(), in, rows, cols, g, t, c1.data(), s1.data(), {&pool, be});
+          const std::string what = std::string(backend_name(be)) + " group " + std::to_string(g.group_rows) +
+                                   "x" + std::to_string(g.group_cols);
+          expect_same_bits(s0, s1, what + " scales");
+          expect_same_bits(c0, c1, what + " codes");
+          std::vector<float> y0(rows * cols), y1(rows * cols);
+          fp8_dequantize(c0.data(), s0.data(), rows, cols, g, t, y0.data(), {nullptr, Backend::Scalar});
+          fp8_dequantize(c0.data(), s0.data(), rows, cols, g, t, y1.data(), {&pool, be});
+          expect_same_bits(y0, y1, what + " dequant");
+        }
+}
+
+}  // namespace
+}  // namespace mxrl
