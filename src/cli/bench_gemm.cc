@@ -1,0 +1,209 @@
+// mxrl bench gemm: GFLOP/s of mxrl's batch-invariant GEMM with BF16, MXFP8
+// (E4M3, rceil) and FP32 weights, beside oneDNN's BF16 (bf16 x bf16 -> f32)
+// and FP32 matmul on the same shapes, in the same run, with the same number of
+// threads. X is FP32 for mxrl (oneDNN BF16 gets it already rounded to BF16);
+// weight packing / reordering and primitive creation are not timed (mxrl's pack
+// time is reported on its own).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "kernels/gemm.h"
+#include "numerics/mx.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+struct GemmBenchArgs {
+  int threads = 0;
+  bool json = false;
+  bool quick = false;
+  double min_time = 0.2;
+};
+
+// Median seconds of a run of fn over >= 5 repetitions and >= min_time.
+double time_median(const std::function<void()>& fn, double min_time) {
+  fn();  // warm up (page faults, caches)
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < 5 || total < min_time) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    total += t.back();
+    if (t.size() >= 200) break;
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+// oneDNN here runs on OpenMP; its thread count is set through the OpenMP
+// runtime it loaded (no link dependency of our own on OpenMP).
+void set_onednn_threads(int n) {
+  using Fn = void (*)(int);
+  if (auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) fn(n);
+}
+
+// One oneDNN matmul, Y[M,N] = X[M,K] W^T, weights reordered once into the
+// primitive's preferred layout.
+struct DnnlMatmul {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::matmul prim;
+  dnnl::memory src, wei, dst;
+  std::string impl;
+
+  DnnlMatmul(int64_t m, int64_t n, int64_t k, bool bf16, const void* x, const void* w_nk, float* y) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dt in = bf16 ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc a_md({m, k}, in, tag::ab), b_any({k, n}, in, tag::any), c_md({m, n}, dt::f32, tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+    impl = pd.impl_info_str();
+    src = dnnl::memory(a_md, eng, const_cast<void*>(x));
+    dst = dnnl::memory(c_md, eng, y);
+    dnnl::memory user_w({{k, n}, in, tag::ba}, eng, const_cast<void*>(w_nk));  // W[N,K] row-major is W^T in "ba"
+    wei = dnnl::memory(pd.weights_desc(), eng);
+    dnnl::reorder(user_w, wei).execute(strm, user_w, wei);
+    strm.wait();
+    prim = dnnl::matmul(pd);
+  }
+  void run() {
+    prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+    strm.wait();
+  }
+};
+
+struct Row {
+  int64_t m, n, k;
+  double s_bf16, s_mx, s_f32, s_dnnl_bf16, s_dnnl_f32;
+};
+
+void bench_gemm(const GemmBenchArgs& a) {
+  ThreadPool pool(a.threads);
+  set_onednn_threads(pool.size());
+  const Exec exec{&pool, Backend::Auto};
+  std::vector<int64_t> ms = {1, 32, 512, 4096};
+  std::vector<std::pair<int64_t, int64_t>> nks = {{1024, 1024}, {3072, 1024}, {1024, 3072}};
+  if (a.quick) {
+    ms = {1, 32, 512};
+    nks = {{1024, 1024}};
+  }
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  std::mt19937 rng(0);
+  std::normal_distribution<float> nd(0, 1);
+  const bool progress = isatty(2) && !a.json;
+  std::vector<Row> rows;
+  nlohmann::json packs = nlohmann::json::array();
+  std::string impl_bf16, impl_f32;
+
+  for (auto [n, k] : nks) {
+    // Weights: a BF16 compute copy, its MXFP8 row quantization, and its FP32 widening.
+    std::vector<float> wf(n * k);
+    for (auto& v : wf) v = nd(rng) * 0.02f;
+    std::vector<uint16_t> wb(n * k);
+    for (size_t i = 0; i < wf.size(); ++i) {
+      wb[i] = f32_to_bf16(wf[i]);
+      wf[i] = bf16_to_f32(wb[i]);
+    }
+    std::vector<uint8_t> codes(n * k), scales(mx_num_scales(n, k, Axis::Row));
+    mx_quantize(wb.data(), InType::BF16, n, k, MxConfig{}, codes.data(), scales.data(), exec);
+    const WeightView vb{WFormat::BF16, n, k, wb.data()}, vf{WFormat::F32, n, k, wf.data()};
+    WeightView vm{WFormat::MX, n, k, codes.data(), scales.data()};
+    vm.elem = ElemType::E4M3;
+    PackedWeight pb, pm, pf;
+    const double t_pack_bf16 = time_median([&] { pb = PackedWeight::pack(vb, exec); }, 0);
+    const double t_pack_mx = time_median([&] { pm = PackedWeight::pack(vm, exec); }, 0);
+    const double t_pack_f32 = time_median([&] { pf = PackedWeight::pack(vf, exec); }, 0);
+    packs.push_back({{"n", n}, {"k", k}, {"pack_ms_bf16", t_pack_bf16 * 1e3}, {"pack_ms_mx", t_pack_mx * 1e3},
+                     {"pack_ms_f32", t_pack_f32 * 1e3}, {"packed_bytes_bf16", pb.bytes()},
+                     {"packed_bytes_mx", pm.bytes()}, {"packed_bytes_f32", pf.bytes()}});
+
+    std::vector<float> x(max_m * k), y(max_m * n), yd(max_m * n);
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+
+    for (int64_t m : ms) {
+      if (progress) fmt::print(stderr, "\r  measuring M={} N={} K={}      ", m, n, k);
+      const double mt = m * n * k > (int64_t(1) << 30) ? 0 : a.min_time;  // the big ones: 5 runs are enough
+      Row r{m, n, k, 0, 0, 0, 0, 0};
+      r.s_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), exec); }, mt);
+      r.s_mx = time_median([&] { gemm(x.data(), m, pm, y.data(), exec); }, mt);
+      r.s_f32 = time_median([&] { gemm(x.data(), m, pf, y.data(), exec); }, mt);
+      DnnlMatmul db(m, n, k, true, xb.data(), wb.data(), yd.data());
+      r.s_dnnl_bf16 = time_median([&] { db.run(); }, mt);
+      DnnlMatmul df(m, n, k, false, x.data(), wf.data(), yd.data());
+      r.s_dnnl_f32 = time_median([&] { df.run(); }, mt);
+      impl_bf16 = db.impl;
+      impl_f32 = df.impl;
+      rows.push_back(r);
+    }
+  }
+  if (progress) fmt::print(stderr, "\r{:<50}\r", "");
+
+  const Backend be = resolve_backend(Backend::Auto);
+  auto gf = [](const Row& r, double s) { return 2.0 * r.m * r.n * r.k / s / 1e9; };
+  nlohmann::json j = {{"bench", "gemm"}, {"threads", pool.size()}, {"backend", backend_name(be)},
+                      {"onednn_impl_bf16", impl_bf16}, {"onednn_impl_f32", impl_f32},
+                      {"mx", "e4m3 rceil row"}, {"pack", packs}, {"results", nlohmann::json::array()}};
+  if (!a.json) {
+    fmt::print("bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, {} thread(s); median GFLOP/s\n"
+               "oneDNN {}.{}.{}: bf16 impl {}, f32 impl {}\n",
+               backend_name(be), pool.size(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch,
+               impl_bf16, impl_f32);
+    fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}\n", "M", "N", "K",
+               "bf16", "mxfp8", "f32", "dnnl-bf16", "dnnl-f32", "bf16/df", "mx/df", "f32/df", "bf16/dbf");
+  }
+  for (const Row& r : rows) {
+    const double g[5] = {gf(r, r.s_bf16), gf(r, r.s_mx), gf(r, r.s_f32), gf(r, r.s_dnnl_bf16), gf(r, r.s_dnnl_f32)};
+    j["results"].push_back({{"m", r.m}, {"n", r.n}, {"k", r.k},
+                            {"gflops", {{"mxrl_bf16", g[0]}, {"mxrl_mxfp8", g[1]}, {"mxrl_f32", g[2]},
+                                        {"onednn_bf16", g[3]}, {"onednn_f32", g[4]}}},
+                            {"seconds", {{"mxrl_bf16", r.s_bf16}, {"mxrl_mxfp8", r.s_mx}, {"mxrl_f32", r.s_f32},
+                                         {"onednn_bf16", r.s_dnnl_bf16}, {"onednn_f32", r.s_dnnl_f32}}},
+                            {"ratio_to_onednn_f32", {{"mxrl_bf16", g[0] / g[4]}, {"mxrl_mxfp8", g[1] / g[4]},
+                                                     {"mxrl_f32", g[2] / g[4]}}},
+                            {"ratio_to_onednn_bf16", {{"mxrl_bf16", g[0] / g[3]}, {"mxrl_mxfp8", g[1] / g[3]}}}});
+    if (!a.json)
+      fmt::print("{:>5} {:>5} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.1f} {:>9.1f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f}\n",
+                 r.m, r.n, r.k, g[0], g[1], g[2], g[3], g[4], g[0] / g[4], g[1] / g[4], g[2] / g[4], g[0] / g[3]);
+  }
+  if (!a.json) {
+    fmt::print("pack (not in the figures above), median ms:\n");
+    for (const auto& p : packs)
+      fmt::print("  N={} K={}: bf16 {:.2f} ms ({:.1f} MiB), mxfp8 {:.2f} ms ({:.1f} MiB), f32 {:.2f} ms ({:.1f} MiB)\n",
+                 p["n"].get<int64_t>(), p["k"].get<int64_t>(), p["pack_ms_bf16"].get<double>(),
+                 p["packed_bytes_bf16"].get<double>() / (1 << 20), p["pack_ms_mx"].get<double>(),
+                 p["packed_bytes_mx"].get<double>() / (1 << 20), p["pack_ms_f32"].get<double>(),
+                 p["packed_bytes_f32"].get<double>() / (1 << 20));
+  } else {
+    fmt::print("{}\n", j.dump());
+  }
+}
+}  // namespace
+
+void add_bench_gemm(CLI::App* bench) {
+  auto args = std::make_shared<GemmBenchArgs>();
+  auto* g = bench->add_subcommand("gemm", "GEMM GFLOP/s (BF16, MXFP8, FP32 weights) beside oneDNN BF16 and FP32 matmul");
+  add_threads_option(g, &args->threads);
+  g->add_flag("--json", args->json, "Print one JSON object (last line) instead of a table");
+  g->add_flag("--quick", args->quick, "Fewer shapes (M in {1, 32, 512}, N = K = 1024)");
+  g->add_option("--min-time", args->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  g->callback([args] { bench_gemm(*args); });
+}
+
+}  // namespace mxrl::cli

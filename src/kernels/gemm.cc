@@ -1,0 +1,249 @@
+// GEMM front end: weight values, packing, backend dispatch and the split of
+// the work over threads (rows and column panels, never K).
+#include "kernels/gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl {
+
+const char* wformat_name(WFormat f) {
+  switch (f) {
+    case WFormat::F32: return "f32";
+    case WFormat::BF16: return "bf16";
+    case WFormat::MX: return "mx";
+    case WFormat::FP8: return "fp8";
+  }
+  return "?";
+}
+
+namespace detail {
+const GemmKernels& gemm_kernels(Backend b) {
+#if defined(__x86_64__)
+  if (resolve_backend(b) == Backend::Avx512) return kGemmAvx512;
+#endif
+  return kGemmScalar;
+}
+}  // namespace detail
+
+namespace {
+constexpr int kPanel = PackedWeight::kPanel;
+
+float canonical(float v) { return std::isnan(v) ? f32_from_bits(detail::kGemmNan) : v; }
+
+void validate(const WeightView& w, const char* who) {
+  if (w.n < 0 || w.k < 0) fail("{}: negative weight shape [{}, {}]", who, w.n, w.k);
+  if (w.n * w.k > 0 && !w.data) fail("{}: {} weight [{}, {}] has no data", who, wformat_name(w.fmt), w.n, w.k);
+  if (w.fmt == WFormat::MX) {
+    if (w.k % kMxBlock != 0)
+      fail("{}: MX weight [{}, {}]: K must be a multiple of {} (row blocks along K)", who, w.n, w.k, kMxBlock);
+    if (w.n * w.k > 0 && !w.mx_scales) fail("{}: MX weight [{}, {}] has no scales", who, w.n, w.k);
+  }
+  if (w.fmt == WFormat::FP8) {
+    if (w.fp8_grid.group_rows < 1 || w.fp8_grid.group_cols < 1)
+      fail("{}: FP8 grid {}x{} must have groups of at least 1x1", who, w.fp8_grid.group_rows,
+           w.fp8_grid.group_cols);
+    if (w.n * w.k > 0 && !w.fp8_scales) fail("{}: FP8 weight [{}, {}] has no scales", who, w.n, w.k);
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows [n0, n0 + cols) of a row-major [N][K] source into one panel [K][32]
+// (zeros past cols); kInterleave puts column j at 2j (j < 16) or 2(j-16) + 1.
+// K is walked in blocks so the 32 destination lines of a block stay in L1.
+template <typename T, bool kInterleave>
+void pack_panel(const T* s, int64_t K, int64_t n0, int64_t cols, T* d) {
+  constexpr int64_t kKb = 64;
+  for (int64_t k0 = 0; k0 < K; k0 += kKb) {
+    const int64_t kb = std::min(kKb, K - k0);
+    for (int64_t j = 0; j < kPanel; ++j) {
+      const int64_t pos = kInterleave ? (j < 16 ? 2 * j : 2 * (j - 16) + 1) : j;
+      T* dd = d + k0 * kPanel + pos;
+      if (j < cols) {
+        const T* ss = s + (n0 + j) * K + k0;
+        for (int64_t k = 0; k < kb; ++k) dd[k * kPanel] = ss[k];
+      } else {
+        for (int64_t k = 0; k < kb; ++k) dd[k * kPanel] = T(0);
+      }
+    }
+  }
+}
+}  // namespace
+
+float weight_value(const WeightView& w, int64_t n, int64_t k) {
+  const int64_t i = n * w.k + k;
+  switch (w.fmt) {
+    case WFormat::F32: return static_cast<const float*>(w.data)[i];
+    case WFormat::BF16: return bf16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    case WFormat::MX: {
+      const uint8_t s = w.mx_scales[n * (w.k / kMxBlock) + k / kMxBlock];
+      if (s == kE8M0Nan) return f32_from_bits(detail::kGemmNan);
+      // decode is exact and 2^(s-127) (s = 0: the FP32 subnormal 2^-127) too: one rounding.
+      return canonical(elem_decode(w.elem, static_cast<const uint8_t*>(w.data)[i]) * e8m0_to_f32(s));
+    }
+    case WFormat::FP8: {
+      const int64_t ncg = ceil_div(w.k, w.fp8_grid.group_cols);
+      const float s = w.fp8_scales[(n / w.fp8_grid.group_rows) * ncg + k / w.fp8_grid.group_cols];
+      return canonical(elem_decode(w.elem, static_cast<const uint8_t*>(w.data)[i]) * s);
+    }
+  }
+  return 0;
+}
+
+void PackedWeight::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+size_t PackedWeight::bytes() const {
+  return panel_bytes_ * static_cast<size_t>(panels_) + mx_scales_.size() + fp8_scales_.size() * sizeof(float) +
+         fast_.size();
+}
+
+PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {
+  validate(w, "gemm pack");
+  PackedWeight pw;
+  pw.fmt_ = w.fmt;
+  pw.elem_ = w.elem;
+  pw.n_ = w.n;
+  pw.k_ = w.k;
+  pw.panels_ = ceil_div(w.n, kPanel);
+  const int64_t N = w.n, K = w.k, P = pw.panels_;
+  const size_t esize = w.fmt == WFormat::F32 ? 4 : w.fmt == WFormat::BF16 ? 2 : 1;
+  pw.panel_bytes_ = static_cast<size_t>(K) * kPanel * esize;
+  const size_t total = std::max<size_t>(64, (pw.panel_bytes_ * P + 63) / 64 * 64);
+  pw.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, total)));
+  if (!pw.data_) fail("gemm pack: out of memory ({} bytes)", total);
+  std::memset(pw.data_.get() + pw.panel_bytes_ * P, 0, total - pw.panel_bytes_ * P);
+  const ElemTraits& f = elem_traits(w.elem);
+  const bool coded = w.fmt == WFormat::MX || w.fmt == WFormat::FP8;
+  if (coded) {
+    pw.group_k_ = w.fmt == WFormat::MX ? kMxBlock : w.fp8_grid.group_cols;
+    pw.k_groups_ = K == 0 ? 0 : ceil_div(K, pw.group_k_);
+    if (w.fmt == WFormat::MX)
+      pw.mx_scales_.assign(static_cast<size_t>(P * pw.k_groups_ * kPanel), 127);
+    else
+      pw.fp8_scales_.assign(static_cast<size_t>(P * pw.k_groups_ * kPanel), 1.0f);
+  }
+  pw.fast_.assign(static_cast<size_t>(P), 0);
+  const uint8_t code_limit = static_cast<uint8_t>(f.num_codes() - 1);
+  const int fold_exp = 127 - f.bias;  // a code's shifted bits read as FP32 are its value * 2^-fold_exp
+  std::vector<int64_t> bad_code(static_cast<size_t>(P), -1);
+
+  // Codes whose magnitude (code & 0x7F) is at least this mean NaN or Inf (0x80: none).
+  const int special_min = !f.has_nan ? 0x80 : f.has_inf ? 0x7C : 0x7F;
+  parallel_for(exec.pool, P, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* dst = pw.data_.get() + p * pw.panel_bytes_;
+      const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
+      const int64_t n0 = p * kPanel;
+      switch (w.fmt) {
+        case WFormat::F32:
+          pack_panel<float, false>(static_cast<const float*>(w.data), K, n0, cols, reinterpret_cast<float*>(dst));
+          break;
+        case WFormat::BF16:
+          pack_panel<uint16_t, true>(static_cast<const uint16_t*>(w.data), K, n0, cols,
+                                     reinterpret_cast<uint16_t*>(dst));
+          break;
+        case WFormat::MX:
+        case WFormat::FP8: {
+          const auto* s = static_cast<const uint8_t*>(w.data);
+          pack_panel<uint8_t, true>(s, K, n0, cols, dst);
+          bool fast = f.bits == 8;
+          for (int64_t j = 0; j < cols; ++j) {
+            const uint8_t* row = s + (n0 + j) * K;
+            uint8_t any_bits = 0;
+            bool special = false;
+            for (int64_t k = 0; k < K; ++k) {
+              any_bits |= row[k];
+              special |= (row[k] & 0x7F) >= special_min;
+            }
+            if (special) fast = false;
+            if ((any_bits & ~code_limit) && bad_code[p] < 0)
+              for (int64_t k = 0; k < K; ++k)
+                if (row[k] > code_limit) {
+                  bad_code[p] = (n0 + j) * K + k;
+                  break;
+                }
+          }
+          const int64_t G = pw.k_groups_;
+          if (w.fmt == WFormat::MX) {
+            uint8_t* ds = pw.mx_scales_.data() + p * G * kPanel;
+            for (int64_t g = 0; g < G; ++g)
+              for (int64_t j = 0; j < cols; ++j) {
+                const uint8_t b = w.mx_scales[(n0 + j) * G + g];
+                ds[g * kPanel + j] = b;
+                if (b != kE8M0Nan && static_cast<int>(b) + fold_exp > 254) fast = false;
+              }
+          } else {
+            float* ds = pw.fp8_scales_.data() + p * G * kPanel;
+            for (int64_t g = 0; g < G; ++g)
+              for (int64_t j = 0; j < cols; ++j) {
+                const float v = w.fp8_scales[((n0 + j) / w.fp8_grid.group_rows) * G + g];
+                ds[g * kPanel + j] = v;
+                if (std::isfinite(v) && !std::isfinite(std::ldexp(v, fold_exp))) fast = false;
+              }
+            if (fast)
+              for (int64_t i = 0; i < G * kPanel; ++i) ds[i] = std::ldexp(ds[i], fold_exp);  // exact
+          }
+          pw.fast_[p] = fast;
+          break;
+        }
+      }
+    }
+  }, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, K * kPanel)));
+  for (int64_t p = 0; p < P; ++p)
+    if (bad_code[p] >= 0)
+      fail("gemm pack: element code 0x{:02X} at [{}, {}] does not fit {} ({} bits)",
+           static_cast<const uint8_t*>(w.data)[bad_code[p]], bad_code[p] / K, bad_code[p] % K, f.name, f.bits);
+  return pw;
+}
+
+void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec& exec) {
+  if (m < 0) fail("gemm: negative row count {}", m);
+  const int64_t N = w.n(), K = w.k();
+  if (m == 0 || N == 0) return;
+  if (K == 0) {
+    std::memset(y, 0, static_cast<size_t>(m * N) * sizeof(float));
+    return;
+  }
+  const detail::GemmKernels& kern = detail::gemm_kernels(exec.backend);
+  // Row blocks of (nearly) equal size, their count a multiple of the thread
+  // count when there are several, so that each thread gets whole blocks.
+  const int64_t threads = exec.pool ? exec.pool->size() : 1, P = w.panels();
+  int64_t nmb = ceil_div(m, kern.block_rows);
+  if (nmb > 1) nmb = ceil_div(nmb, threads) * threads;
+  const int64_t mc = ceil_div(ceil_div(m, nmb), kern.tile_rows) * kern.tile_rows;
+  nmb = ceil_div(m, mc);
+  // Work item: (row block, panel). Each thread gets a contiguous run of items,
+  // cut into calls that each cover one row block and a run of panels.
+  // At least ~2 MFLOP per thread (10-40 us): waking a worker costs 5 us or more.
+  const int64_t item_flops = 2 * std::min(m, mc) * kPanel * K;
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 21) / item_flops);
+  parallel_for(exec.pool, nmb * P, [&](int64_t b, int64_t e) {
+    while (b < e) {
+      const int64_t mb = b / P, p0 = b % P, p1 = std::min(P, p0 + (e - b));
+      kern.run(x, w, y, mb * mc, std::min(m, (mb + 1) * mc), p0, p1);
+      b += p1 - p0;
+    }
+  }, grain);
+}
+
+void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y) {
+  validate(w, "gemm_reference");
+  if (m < 0) fail("gemm_reference: negative row count {}", m);
+  std::vector<float> wrow(static_cast<size_t>(w.k));
+  for (int64_t n = 0; n < w.n; ++n) {
+    for (int64_t k = 0; k < w.k; ++k) wrow[k] = weight_value(w, n, k);
+    for (int64_t r = 0; r < m; ++r) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < w.k; ++k) acc = std::fma(x[r * w.k + k], wrow[k], acc);
+      y[r * w.n + n] = canonical(acc);
+    }
+  }
+}
+
+}  // namespace mxrl

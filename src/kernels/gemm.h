@@ -1,0 +1,138 @@
+// The GEMM both engines use for their linear layers: Y[M, N] = X[M, K] * W^T in
+// FP32, with W[N, K] stored as FP32, BF16, MX (element codes + E8M0 row-block
+// scales) or an FP8 grid (codes + FP32 group scales).
+//
+// Contract (batch invariance, BRIEF §5): every output is computed as
+//   y = 0; for k = 0 .. K-1 in order: y = fma(x[m][k], w[n][k], y)
+// (FP32, one rounding per step) with w[n][k] = weight_value(W, n, k). A row's
+// result is therefore bitwise independent of M, of the row's position in X, of
+// the thread count, of the tiling and of the backend. There is no split-K. A
+// NaN output is always the canonical quiet NaN 0x7FC00000 (which NaN an FMA
+// propagates depends on operand order, so the payload is not kept); ±Inf and
+// FP32 subnormals follow IEEE FMA (no flushing).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "numerics/formats.h"
+#include "numerics/fp8_grid.h"
+#include "numerics/mx.h"
+
+namespace mxrl {
+
+enum class WFormat : uint8_t { F32, BF16, MX, FP8 };
+const char* wformat_name(WFormat f);
+
+// A weight W[N, K] in its storage format, row-major (K contiguous): what a
+// linear layer packs from.
+struct WeightView {
+  WFormat fmt = WFormat::F32;
+  int64_t n = 0, k = 0;
+  const void* data = nullptr;          // F32: float[n*k]; BF16: uint16_t bits [n*k]; MX / FP8: element codes uint8_t[n*k]
+  const uint8_t* mx_scales = nullptr;  // MX: E8M0 bytes [n][k/32] (row blocks 1x32 along K)
+  const float* fp8_scales = nullptr;   // FP8: FP32 scales [ceil(n/gr)][ceil(k/gc)] as in fp8_grid.h
+  Fp8Grid fp8_grid{1, 1};
+  ElemType elem = ElemType::E4M3;      // MX and FP8 element type
+};
+
+// The FP32 value the GEMM uses for w[n][k]: F32 as is; BF16 widened (exact);
+// MX decode(code) * 2^(scale-127) (exact, single rounding, as mx_dequantize);
+// FP8 fp32(decode(code) * scale) (as fp8_dequantize). NaN comes out as the
+// canonical 0x7FC00000, as the dequantizers give it.
+float weight_value(const WeightView& w, int64_t n, int64_t k);
+
+// W repacked for the kernels: an owned copy, built once per weight version and
+// reused for many calls. The layout is the same for every backend: panels of
+// kPanel = 32 output columns, K-major ([N/32][K][32], the last panel padded with
+// zero codes), in the storage format of the source (FP32, BF16 bits, or element
+// codes with their scales kept per panel), so that memory traffic for M = 1
+// stays that of the source format.
+class PackedWeight {
+ public:
+  static constexpr int kPanel = 32;
+
+  // Throws mxrl::Error on a bad view: negative shape, null data, MX with K not
+  // a multiple of 32, an FP8 grid with a group dimension < 1, element codes
+  // outside the element type's bit width.
+  static PackedWeight pack(const WeightView& w, const Exec& exec = {});
+
+  PackedWeight() = default;
+  PackedWeight(PackedWeight&&) noexcept = default;
+  PackedWeight& operator=(PackedWeight&&) noexcept = default;
+  PackedWeight(const PackedWeight&) = delete;
+  PackedWeight& operator=(const PackedWeight&) = delete;
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  WFormat format() const { return fmt_; }
+  ElemType elem() const { return elem_; }
+  size_t bytes() const;  // owned storage
+
+  // --- layout, for the kernels ---
+  int64_t panels() const { return panels_; }
+  // Elements of panel p, [k][32]: float (F32, columns in order), uint16_t
+  // BF16 bits (BF16) or uint8_t element codes (MX, FP8). For the 16- and 8-bit
+  // formats the pair at 2i, 2i+1 holds columns i and 16 + i, so that one
+  // 32-bit lane (after widening codes to 16 bits) yields both columns.
+  const void* panel_data(int64_t p) const { return data_.get() + p * panel_bytes_; }
+  // MX: E8M0 bytes [k/32][32] of panel p. FP8: FP32 scales [groups][32] of
+  // panel p, one per column and group of `group_k()` consecutive k; folded
+  // (see below) when panel_fast(p).
+  const uint8_t* panel_mx_scales(int64_t p) const { return mx_scales_.data() + p * (k_ / kMxBlock) * kPanel; }
+  const float* panel_fp8_scales(int64_t p) const { return fp8_scales_.data() + p * k_groups_ * kPanel; }
+  int64_t group_k() const { return group_k_; }  // MX: 32; FP8: the grid's group_cols
+  int64_t k_groups() const { return k_groups_; }
+  // MX / FP8: panel p has no NaN/Inf element codes and every scale s times
+  // 2^(127 - bias) is exact, so a code widened by bit shifts times the folded
+  // scale is the weight value in one rounding. FP8 scales of a fast panel are
+  // stored folded (s * 2^(127 - bias)). Otherwise the kernels decode codes
+  // exactly (NaN/Inf included) and multiply by the plain scale.
+  bool panel_fast(int64_t p) const { return fast_[p] != 0; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  WFormat fmt_ = WFormat::F32;
+  ElemType elem_ = ElemType::E4M3;
+  int64_t n_ = 0, k_ = 0, panels_ = 0;
+  size_t panel_bytes_ = 0;
+  std::unique_ptr<uint8_t[], FreeDeleter> data_;  // 64-byte aligned
+  std::vector<uint8_t> mx_scales_;
+  std::vector<float> fp8_scales_;
+  int64_t group_k_ = 0, k_groups_ = 0;
+  std::vector<uint8_t> fast_;
+};
+
+// Y[M, N] = X[M, K] * W^T in FP32 under the contract above. X is row-major
+// [M][K], Y row-major [M][N]; they must not overlap. M = 0 does nothing; K = 0
+// gives zeros.
+void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec& exec = {});
+
+// The plain scalar reference over the unpacked view (loops + std::fma), the
+// ground truth for the tests.
+void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y);
+
+namespace detail {
+// One entry per backend. run computes rows [m0, m1) x panels [p0, p1) of Y;
+// the dispatcher in gemm.cc splits M into blocks of at most about
+// `block_rows` (a multiple of `tile_rows`) and (block, panel) pairs over
+// threads.
+struct GemmKernels {
+  void (*run)(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0,
+              int64_t p1);
+  int64_t block_rows;
+  int64_t tile_rows;
+};
+extern const GemmKernels kGemmScalar;
+#if defined(__x86_64__)
+extern const GemmKernels kGemmAvx512;
+#endif
+const GemmKernels& gemm_kernels(Backend b);  // b resolved with resolve_backend
+
+inline constexpr uint32_t kGemmNan = 0x7FC00000u;
+}  // namespace detail
+
+}  // namespace mxrl

@@ -1,0 +1,421 @@
+// The GEMM contract: every backend, on any number of threads, equals the plain
+// sequential-FMA reference bit for bit, for every weight format, and a row's
+// result does not depend on the batch it is computed in.
+#include "kernels/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<Backend> backends() {
+  std::vector<Backend> b{Backend::Scalar};
+  if (cpu_features().avx512) b.push_back(Backend::Avx512);
+  return b;
+}
+
+void expect_same_bits(const float* a, const float* b, size_t n, const std::string& what) {
+  for (size_t i = 0; i < n; ++i)
+    if (f32_bits(a[i]) != f32_bits(b[i])) {
+      ADD_FAILURE() << what << ": first difference at " << i << ": " << a[i] << " (0x" << std::hex
+                    << f32_bits(a[i]) << ") vs " << b[i] << " (0x" << f32_bits(b[i]) << ")" << std::dec;
+      return;
+    }
+}
+
+// Values of very different magnitudes: a per-row scale over 2^-30..2^30, a
+// per-element spread of 2^-12..2^12, zeros, negative zeros, FP32 subnormals.
+// Weights (narrow = true) get row scales 2^-14..2^0, as trained weights have.
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed, bool specials = false,
+                                 bool narrow = false) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = narrow ? static_cast<int>(rng() % 15) - 14 : static_cast<int>(rng() % 61) - 30;
+    const float row_scale = std::ldexp(1.0f, e);
+    for (int64_t c = 0; c < cols; ++c) {
+      float x = nd(rng) * row_scale * std::ldexp(1.0f, static_cast<int>(rng() % 25) - 12);
+      switch (rng() % 40) {
+        case 0: x = 0.0f; break;
+        case 1: x = -0.0f; break;
+        case 2: x = f32_from_bits(static_cast<uint32_t>(rng() & 0x807FFFFF)); break;
+        case 3: if (specials) x = kNan; break;
+        case 4: if (specials && rng() % 4 == 0) x = (rng() % 2 ? kInf : -kInf); break;
+        default: break;
+      }
+      v[r * cols + c] = x;
+    }
+  }
+  return v;
+}
+
+// A weight in one of the formats, owning its storage.
+struct Weight {
+  std::string name;
+  WeightView view;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> codes, mx_scales;
+  std::vector<float> fp8_scales;
+};
+
+enum class Kind { F32, BF16, MxE4M3Floor, MxE4M3RCeil, MxE5M2Floor, MxE5M2RCeil, Fp8Tensor, Fp8Block128 };
+constexpr Kind kAllKinds[] = {Kind::F32,         Kind::BF16,        Kind::MxE4M3Floor, Kind::MxE4M3RCeil,
+                              Kind::MxE5M2Floor, Kind::MxE5M2RCeil, Kind::Fp8Tensor,   Kind::Fp8Block128};
+
+// Weights of the usual magnitudes (every MX/FP8 panel takes the fast decode)
+// or, with `wide`, row scales over 2^-30..2^30 (some panels take the exact one).
+Weight make_weight(Kind kind, int64_t n, int64_t k, uint32_t seed, bool specials = false, bool wide = false) {
+  Weight w;
+  const std::vector<float> src = random_matrix(n, k, seed, specials, !wide);
+  w.view.n = n;
+  w.view.k = k;
+  switch (kind) {
+    case Kind::F32:
+      w.name = "f32";
+      w.f32 = src;
+      w.view.fmt = WFormat::F32;
+      w.view.data = w.f32.data();
+      break;
+    case Kind::BF16:
+      w.name = "bf16";
+      for (float v : src) w.bf16.push_back(f32_to_bf16(v));
+      w.view.fmt = WFormat::BF16;
+      w.view.data = w.bf16.data();
+      break;
+    case Kind::MxE4M3Floor:
+    case Kind::MxE4M3RCeil:
+    case Kind::MxE5M2Floor:
+    case Kind::MxE5M2RCeil: {
+      const bool e4 = kind == Kind::MxE4M3Floor || kind == Kind::MxE4M3RCeil;
+      const bool floor = kind == Kind::MxE4M3Floor || kind == Kind::MxE5M2Floor;
+      MxConfig cfg;
+      cfg.elem = e4 ? ElemType::E4M3 : ElemType::E5M2;
+      cfg.rule = floor ? ScaleRule::Floor : ScaleRule::RCeil;
+      w.name = std::string("mx ") + elem_traits(cfg.elem).name + " " + scale_rule_name(cfg.rule);
+      w.codes.resize(src.size());
+      w.mx_scales.resize(static_cast<size_t>(mx_num_scales(n, k, Axis::Row)));
+      mx_quantize(src.data(), InType::F32, n, k, cfg, w.codes.data(), w.mx_scales.data());
+      w.view.fmt = WFormat::MX;
+      w.view.elem = cfg.elem;
+      w.view.data = w.codes.data();
+      w.view.mx_scales = w.mx_scales.data();
+      break;
+    }
+    case Kind::Fp8Tensor:
+    case Kind::Fp8Block128: {
+      const Fp8Grid g = kind == Kind::Fp8Tensor ? Fp8Grid::per_tensor(n, k) : Fp8Grid::block128_weight();
+      w.name = kind == Kind::Fp8Tensor ? "fp8 e4m3 per-tensor" : "fp8 e4m3 block128";
+      w.codes.resize(src.size());
+      w.fp8_scales.resize(static_cast<size_t>(fp8_num_scales(n, k, g)));
+      fp8_quantize(src.data(), InType::F32, n, k, g, ElemType::E4M3, w.codes.data(), w.fp8_scales.data());
+      w.view.fmt = WFormat::FP8;
+      w.view.elem = ElemType::E4M3;
+      w.view.fp8_grid = g;
+      w.view.data = w.codes.data();
+      w.view.fp8_scales = w.fp8_scales.data();
+      break;
+    }
+  }
+  return w;
+}
+
+std::string shape_name(const Weight& w, int64_t m) {
+  return w.name + " M=" + std::to_string(m) + " N=" + std::to_string(w.view.n) + " K=" + std::to_string(w.view.k);
+}
+
+// gemm of the first m rows of x against the reference rows, on every backend.
+void check_against_reference(const Weight& w, const std::vector<float>& x, const std::vector<float>& ref,
+                             std::initializer_list<int64_t> ms, ThreadPool& pool) {
+  const int64_t N = w.view.n;
+  for (Backend be : backends()) {
+    const PackedWeight pw = PackedWeight::pack(w.view, {&pool, be});
+    for (int64_t m : ms) {
+      std::vector<float> y(static_cast<size_t>(m * N + 1), 1234.5f);
+      gemm(x.data(), m, pw, y.data(), {&pool, be});
+      const std::string what = std::string(backend_name(be)) + " " + shape_name(w, m);
+      expect_same_bits(y.data(), ref.data(), static_cast<size_t>(m * N), what);
+      EXPECT_EQ(y[m * N], 1234.5f) << what << ": wrote past the end";
+    }
+  }
+}
+
+TEST(Gemm, MatchesReferenceBitwise) {
+  ThreadPool pool(3);
+  uint32_t seed = 1;
+  const int64_t kMaxM = 64;
+  for (Kind kind : kAllKinds)
+    for (int64_t n : {1, 15, 16, 33, 100})
+      for (int64_t k : {32, 64, 96, 544}) {
+        ++seed;
+        const Weight w = make_weight(kind, n, k, seed, false, /*wide=*/seed % 4 == 0);
+        const std::vector<float> x = random_matrix(kMaxM, k, ++seed);
+        std::vector<float> ref(static_cast<size_t>(kMaxM * n));
+        gemm_reference(x.data(), kMaxM, w.view, ref.data());
+        check_against_reference(w, x, ref, {0, 1, 2, 3, 4, 5, 6, 7, 17, 64}, pool);
+      }
+}
+
+// Several row blocks (the AVX-512 backend blocks rows by 192 and K by 256).
+TEST(Gemm, MatchesReferenceLargeM) {
+  ThreadPool pool(3);
+  uint32_t seed = 1000;
+  for (Kind kind : kAllKinds) {
+    const int64_t m = 401, n = 70, k = 800;
+    const Weight w = make_weight(kind, n, k, ++seed);
+    const std::vector<float> x = random_matrix(m, k, ++seed);
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    gemm_reference(x.data(), m, w.view, ref.data());
+    check_against_reference(w, x, ref, {m, 193, 13}, pool);
+  }
+}
+
+// NaN and ±Inf in X and in W (F32/BF16 values, MX NaN scale bytes via blocks
+// holding NaN/Inf) propagate as the reference's FMAs do.
+TEST(Gemm, SpecialValuesMatchReference) {
+  ThreadPool pool(3);
+  uint32_t seed = 2000;
+  for (Kind kind : kAllKinds)
+    for (int64_t m : {1, 2, 5, 40}) {
+      const int64_t n = 50, k = 320;
+      const Weight w = make_weight(kind, n, k, ++seed, /*specials=*/true, /*wide=*/true);
+      const std::vector<float> x = random_matrix(m, k, ++seed, /*specials=*/true);
+      std::vector<float> ref(static_cast<size_t>(m * n));
+      gemm_reference(x.data(), m, w.view, ref.data());
+      check_against_reference(w, x, ref, {m}, pool);
+    }
+}
+
+// Arbitrary code and scale bytes: every element code (NaN and Inf codes
+// included) and every E8M0 scale (0, 0xFF, past the fast path's range) or
+// FP32 scale (0, subnormal, huge, Inf, NaN, negative), for every element type.
+TEST(Gemm, ArbitraryBytesMatchReference) {
+  ThreadPool pool(3);
+  std::mt19937 rng(77);
+  const int64_t n = 70, k = 256;
+  for (ElemType t : kAllElemTypes)
+    for (WFormat fmt : {WFormat::MX, WFormat::FP8})
+      for (int variant = 0; variant < 3; ++variant) {
+        const uint8_t mask = static_cast<uint8_t>(elem_traits(t).num_codes() - 1);
+        Weight w;
+        w.name = std::string(wformat_name(fmt)) + " arbitrary " + elem_traits(t).name + " v" + std::to_string(variant);
+        w.codes.resize(static_cast<size_t>(n * k));
+        for (auto& c : w.codes) c = static_cast<uint8_t>(rng()) & mask;
+        if (variant == 1)  // no NaN/Inf codes (the fast path), scales still arbitrary
+          for (auto& c : w.codes)
+            if (std::isnan(elem_decode(t, c)) || std::isinf(elem_decode(t, c))) c = 0x01;
+        w.view = WeightView{fmt, n, k, w.codes.data()};
+        w.view.elem = t;
+        if (fmt == WFormat::MX) {
+          w.mx_scales.resize(static_cast<size_t>(n * k / 32));
+          for (auto& s : w.mx_scales) s = static_cast<uint8_t>(variant == 2 ? rng() : 100 + rng() % 40);
+          w.view.mx_scales = w.mx_scales.data();
+        } else {
+          w.view.fp8_grid = Fp8Grid{7, 50};
+          w.fp8_scales.resize(static_cast<size_t>(fp8_num_scales(n, k, w.view.fp8_grid)));
+          const float menu[] = {0.0f, -0.0f, 1e-40f, 3e-38f, 1.0f, -2.5f, 1e20f, 3e38f, kInf, kNan};
+          for (auto& s : w.fp8_scales)
+            s = variant == 2 ? menu[rng() % 10] : std::ldexp(1.0f + (rng() % 1000) / 1000.0f, int(rng() % 40) - 30);
+          w.view.fp8_scales = w.fp8_scales.data();
+        }
+        for (int64_t m : {1, 3, 20}) {
+          const std::vector<float> x = random_matrix(m, k, static_cast<uint32_t>(rng()), variant == 2);
+          std::vector<float> ref(static_cast<size_t>(m * n));
+          gemm_reference(x.data(), m, w.view, ref.data());
+          check_against_reference(w, x, ref, {m}, pool);
+        }
+      }
+}
+
+// Row r of a big call equals the same row computed alone, and at any position.
+TEST(Gemm, BatchInvariance) {
+  ThreadPool pool(3);
+  uint32_t seed = 3000;
+  for (Kind kind : kAllKinds) {
+    const int64_t m = 300, n = 100, k = 544;
+    const Weight w = make_weight(kind, n, k, ++seed);
+    const std::vector<float> x = random_matrix(m, k, ++seed);
+    for (Backend be : backends()) {
+      const Exec ex{&pool, be};
+      const PackedWeight pw = PackedWeight::pack(w.view, ex);
+      std::vector<float> big(static_cast<size_t>(m * n));
+      gemm(x.data(), m, pw, big.data(), ex);
+      const std::string what = std::string(backend_name(be)) + " " + w.name;
+      for (int64_t r : {0, 1, 11, 12, 13, 191, 192, 299}) {
+        std::vector<float> one(static_cast<size_t>(n));
+        gemm(x.data() + r * k, 1, pw, one.data(), ex);
+        expect_same_bits(one.data(), big.data() + r * n, n, what + " row " + std::to_string(r) + " alone");
+      }
+      // The rows in reverse order, and a window of rows at an odd offset.
+      std::vector<float> xr(x.size()), yr(big.size());
+      for (int64_t r = 0; r < m; ++r) std::memcpy(&xr[r * k], &x[(m - 1 - r) * k], k * sizeof(float));
+      gemm(xr.data(), m, pw, yr.data(), ex);
+      for (int64_t r = 0; r < m; ++r)
+        expect_same_bits(yr.data() + r * n, big.data() + (m - 1 - r) * n, n, what + " reversed");
+      for (int64_t len : {2, 7, 30}) {
+        std::vector<float> yw(static_cast<size_t>(len * n));
+        gemm(x.data() + 57 * k, len, pw, yw.data(), ex);
+        expect_same_bits(yw.data(), big.data() + 57 * n, yw.size(), what + " window " + std::to_string(len));
+      }
+    }
+  }
+}
+
+// (Small calls run on one thread; the shapes here are big enough to be split,
+// M = 1 and 3 included.)
+TEST(Gemm, ThreadCountInvariance) {
+  uint32_t seed = 4000;
+  const std::tuple<int64_t, int64_t, std::vector<int64_t>> shapes[] = {{200, 576, {4, 250}}, {2000, 2048, {1, 3}}};
+  for (Kind kind : {Kind::F32, Kind::BF16, Kind::MxE4M3RCeil, Kind::Fp8Block128})
+    for (const auto& [n, k, ms] : shapes) {
+      const Weight w = make_weight(kind, n, k, ++seed);
+      const PackedWeight pw1 = PackedWeight::pack(w.view);
+      for (int64_t m : ms) {
+        const std::vector<float> x = random_matrix(m, k, ++seed);
+        std::vector<float> y1(static_cast<size_t>(m * n));
+        gemm(x.data(), m, pw1, y1.data());
+        for (int threads : {2, 3, 5}) {
+          ThreadPool pool(threads);
+          const PackedWeight pw = PackedWeight::pack(w.view, {&pool});
+          std::vector<float> y(y1.size());
+          gemm(x.data(), m, pw, y.data(), {&pool});
+          expect_same_bits(y.data(), y1.data(), y.size(),
+                           w.name + " M=" + std::to_string(m) + " threads " + std::to_string(threads));
+        }
+      }
+    }
+}
+
+TEST(Gemm, WeightValueMatchesDequantizers) {
+  std::mt19937 rng(9);
+  const int64_t n = 40, k = 288;
+  for (ElemType t : kAllElemTypes) {
+    const uint8_t mask = static_cast<uint8_t>(elem_traits(t).num_codes() - 1);
+    std::vector<uint8_t> codes(static_cast<size_t>(n * k)), mxs(static_cast<size_t>(n * k / 32));
+    for (auto& c : codes) c = static_cast<uint8_t>(rng()) & mask;
+    for (auto& s : mxs) s = static_cast<uint8_t>(rng());
+    std::vector<float> deq(codes.size());
+    mx_dequantize(codes.data(), mxs.data(), n, k, t, Axis::Row, deq.data(), {nullptr, Backend::Scalar});
+    WeightView v{WFormat::MX, n, k, codes.data(), mxs.data()};
+    v.elem = t;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        ASSERT_EQ(f32_bits(weight_value(v, i, j)), f32_bits(deq[i * k + j])) << "mx " << elem_traits(t).name;
+    for (Fp8Grid g : {Fp8Grid::per_tensor(n, k), Fp8Grid::block128_weight(), Fp8Grid{3, 10}}) {
+      std::vector<float> fs(static_cast<size_t>(fp8_num_scales(n, k, g)));
+      for (auto& s : fs) s = std::ldexp(static_cast<float>(rng() % 1000 + 1), static_cast<int>(rng() % 60) - 40);
+      fs[0] = kNan;
+      fs[fs.size() - 1] = 0.0f;
+      fp8_dequantize(codes.data(), fs.data(), n, k, g, t, deq.data(), {nullptr, Backend::Scalar});
+      WeightView f{WFormat::FP8, n, k, codes.data(), nullptr, fs.data(), g, t};
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < k; ++j)
+          ASSERT_EQ(f32_bits(weight_value(f, i, j)), f32_bits(deq[i * k + j])) << "fp8 " << elem_traits(t).name;
+    }
+  }
+  // F32 as is, BF16 widened.
+  const float fv[] = {1.5f, -kInf, 3e-42f, -0.0f};
+  const uint16_t bv[] = {0x3F80, 0xFF80, 0x0001, 0x8000};
+  WeightView wf{WFormat::F32, 2, 2, fv}, wb{WFormat::BF16, 2, 2, bv};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(f32_bits(weight_value(wf, i / 2, i % 2)), f32_bits(fv[i]));
+    EXPECT_EQ(f32_bits(weight_value(wb, i / 2, i % 2)), static_cast<uint32_t>(bv[i]) << 16);
+  }
+}
+
+// Trained-weight magnitudes take the fast decode; NaN codes or scales out of
+// its range take the exact one (both are checked bitwise above).
+TEST(Gemm, FastDecodeSelection) {
+  for (Kind kind : {Kind::MxE4M3Floor, Kind::MxE5M2RCeil, Kind::Fp8Tensor, Kind::Fp8Block128}) {
+    const PackedWeight pw = PackedWeight::pack(make_weight(kind, 100, 256, 5).view);
+    for (int64_t p = 0; p < pw.panels(); ++p) EXPECT_TRUE(pw.panel_fast(p)) << int(kind) << " panel " << p;
+  }
+  Weight w = make_weight(Kind::MxE4M3RCeil, 100, 256, 6);
+  w.codes[40 * 256 + 3] = 0x7F;                   // E4M3 NaN code in panel 1
+  w.mx_scales[70 * 8 + 2] = 7 + 128;              // 2^(s - bias) not an FP32 normal: panel 2
+  const PackedWeight pw = PackedWeight::pack(w.view);
+  EXPECT_TRUE(pw.panel_fast(0));
+  EXPECT_FALSE(pw.panel_fast(1));
+  EXPECT_FALSE(pw.panel_fast(2));
+  EXPECT_TRUE(pw.panel_fast(3));
+}
+
+TEST(Gemm, PackedWeightKeepsStorageFormat) {
+  const Weight b = make_weight(Kind::BF16, 64, 1024, 1), m = make_weight(Kind::MxE4M3RCeil, 64, 1024, 2),
+               f = make_weight(Kind::F32, 64, 1024, 3);
+  const PackedWeight pb = PackedWeight::pack(b.view), pf = PackedWeight::pack(f.view);
+  PackedWeight pm = PackedWeight::pack(m.view);
+  EXPECT_EQ(pb.format(), WFormat::BF16);
+  EXPECT_EQ(pm.format(), WFormat::MX);
+  EXPECT_EQ(pb.n(), 64);
+  EXPECT_EQ(pb.k(), 1024);
+  EXPECT_LE(pb.bytes(), 64u * 1024 * 2 + 256);
+  EXPECT_LE(pm.bytes(), 64u * 1024 * 33 / 32 + 256);
+  EXPECT_GE(pf.bytes(), 64u * 1024 * 4);
+  PackedWeight moved = std::move(pm);  // movable
+  EXPECT_EQ(moved.n(), 64);
+}
+
+TEST(Gemm, EdgeShapes) {
+  for (Backend be : backends()) {
+    // K = 0: zeros. M = 0: Y untouched. N = 0: nothing.
+    const float dummy = 0;
+    const PackedWeight k0 = PackedWeight::pack({WFormat::F32, 3, 0, nullptr}, {nullptr, be});
+    std::vector<float> y(6, 7.0f);
+    gemm(&dummy, 2, k0, y.data(), {nullptr, be});
+    for (float v : y) EXPECT_EQ(f32_bits(v), 0u);
+    const PackedWeight mx = PackedWeight::pack(make_weight(Kind::MxE4M3RCeil, 5, 64, 3).view, {nullptr, be});
+    y.assign(6, 7.0f);
+    gemm(nullptr, 0, mx, y.data(), {nullptr, be});
+    for (float v : y) EXPECT_EQ(v, 7.0f);
+    const PackedWeight n0 = PackedWeight::pack({WFormat::MX, 0, 64, nullptr}, {nullptr, be});
+    gemm(&dummy, 1, n0, nullptr, {nullptr, be});
+    EXPECT_EQ(n0.panels(), 0);
+  }
+}
+
+TEST(Gemm, Errors) {
+  std::vector<uint8_t> codes(4 * 48), scales(16, 127);
+  WeightView v{WFormat::MX, 4, 48, codes.data(), scales.data()};
+  EXPECT_THROW(PackedWeight::pack(v), Error);
+  std::vector<float> x(48), y(4);
+  EXPECT_THROW(gemm_reference(x.data(), 1, v, y.data()), Error);
+  EXPECT_THROW(PackedWeight::pack(WeightView{WFormat::MX, 4, 64, codes.data(), nullptr}), Error);
+  EXPECT_THROW(PackedWeight::pack(WeightView{WFormat::F32, -1, 4, x.data()}), Error);
+  EXPECT_THROW(PackedWeight::pack(WeightView{WFormat::BF16, 2, 2, nullptr}), Error);
+  WeightView f{WFormat::FP8, 4, 48, codes.data(), nullptr, nullptr, Fp8Grid{1, 1}};
+  EXPECT_THROW(PackedWeight::pack(f), Error);  // no scales
+  std::vector<float> fs(4 * 48, 1.0f);
+  f.fp8_scales = fs.data();
+  f.fp8_grid = Fp8Grid{0, 1};
+  EXPECT_THROW(PackedWeight::pack(f), Error);
+  // A code wider than the element type.
+  std::vector<uint8_t> wide(4 * 64, 0);
+  wide[70] = 0x10;
+  WeightView e2{WFormat::MX, 4, 64, wide.data(), scales.data()};
+  e2.elem = ElemType::E2M1;
+  try {
+    PackedWeight::pack(e2);
+    ADD_FAILURE() << "no error for a 5-bit code in e2m1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[1, 6]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mxrl
