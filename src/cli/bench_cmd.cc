@@ -125,6 +125,8 @@ void add_bench_commands(CLI::App& app) {
   q->add_option("--min-time", args->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
   q->callback([args] { bench_quantize(*args); });
+  add_bench_gemm(bench);
+  add_bench_forward(bench);
 }
 
 }  // namespace mxrl::cli

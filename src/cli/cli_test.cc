@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "io/mx_file.h"
+#include "model/checkpoint.h"
+#include "model/score.h"
 #include "io/safetensors.h"
 #include "numerics/mx.h"
 
@@ -246,6 +248,95 @@ TEST_F(Cli, DemoReportsEveryFormat) {
       EXPECT_GT(sqnr, std::string(e) == "e4m3" ? 28 : 8) << e << " " << rule;
       EXPECT_TRUE(fs::exists(path("demo") + "/" + e + "-" + rule + ".safetensors"));
     }
+}
+
+
+TEST_F(Cli, InitWritesALoadableCheckpointWithTokenizer) {
+  for (const char* preset : {"tiny-dense", "tiny-moe"}) {
+    const std::string dir = path(preset);
+    const CmdResult r = run(fmt::format("init --preset {} --out {} --seed 3", preset, dir));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const Checkpoint ck = load_checkpoint(dir);
+    EXPECT_EQ(ck.config.hidden_size, 256);
+    EXPECT_EQ(ck.config.num_hidden_layers, 4);
+    EXPECT_EQ(ck.config.is_moe(), std::string(preset) == "tiny-moe");
+    EXPECT_FALSE(ck.tokenizer_json.empty());
+    // Same seed, same weights; another seed, others.
+    ASSERT_EQ(run(fmt::format("init --preset {} --out {} --seed 3", preset, path("again"))).rc, 0);
+    EXPECT_EQ(load_checkpoint(path("again")).params.storage(), ck.params.storage());
+    ASSERT_EQ(run(fmt::format("init --preset {} --out {} --seed 4", preset, path("again"))).rc, 0);
+    EXPECT_NE(load_checkpoint(path("again")).params.storage(), ck.params.storage());
+  }
+  std::ofstream(path("m.toml")) << "model_type = \"qwen3_moe\"\nhidden_size = 64\nnum_hidden_layers = 2\n"
+                                    "num_attention_heads = 2\nnum_key_value_heads = 1\nhead_dim = 32\n"
+                                    "intermediate_size = 64\nnum_experts = 4\nnum_experts_per_tok = 2\n"
+                                    "moe_intermediate_size = 32\nmlp_only_layers = [1]\n";
+  ASSERT_EQ(run(fmt::format("init --config {} --out {}", path("m.toml"), path("toml"))).rc, 0);
+  const Checkpoint t = load_checkpoint(path("toml"));
+  EXPECT_TRUE(t.config.is_moe_layer(0));
+  EXPECT_FALSE(t.config.is_moe_layer(1));
+  const CmdResult both = run(fmt::format("init --preset tiny-dense --config {} --out {}", path("m.toml"), path("x")));
+  EXPECT_EQ(both.rc, 1);
+  EXPECT_NE(both.err.find("exactly one"), std::string::npos);
+  EXPECT_FALSE(fs::exists(path("x")));
+}
+
+TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
+  ASSERT_EQ(run(fmt::format("init --preset tiny-moe --out {} --seed 1 --init-std 0.1", path("m"))).rc, 0);
+  std::mt19937 rng(4);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 6; ++i) {
+    const int len = 3 + static_cast<int>(rng() % 30);
+    std::string toks;
+    for (int t = 0; t < len; ++t) toks += (t ? "," : "") + std::to_string(rng() % 80);
+    lines.push_back(fmt::format("{{\"tokens\": [{}], \"prompt_len\": {}}}", toks, 1 + rng() % (len - 1)));
+  }
+  {
+    std::ofstream f(path("all.jsonl"));
+    for (const auto& l : lines) f << l << "\n";
+  }
+  for (const char* plan : {"fp32", "mxfp8", "mxfp8-half"}) {
+    ASSERT_EQ(run(fmt::format("score --model {} --plan {} --in {} --out {} --batch-tokens 17", path("m"), plan,
+                              path("all.jsonl"), path("all.out"))).rc, 0);
+    std::istringstream all(slurp(path("all.out")));
+    std::string got;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      std::ofstream(path("one.jsonl")) << lines[i] << "\n";
+      ASSERT_EQ(run(fmt::format("score --model {} --plan {} --in {} --out {} --threads 1", path("m"), plan,
+                                path("one.jsonl"), path("one.out"))).rc, 0);
+      std::getline(all, got);
+      EXPECT_EQ(got + "\n", slurp(path("one.out"))) << plan << " line " << i;
+    }
+    // The printed numbers are the FP32 values, exactly.
+    const Checkpoint ck = load_checkpoint(path("m"));
+    const Model model(ck.params, PrecisionPlan::named(plan));
+    const auto j = nlohmann::json::parse(lines[0]);
+    const auto lp = score_sequences(model, {{j["tokens"].get<std::vector<int32_t>>(), j["prompt_len"].get<int64_t>()}});
+    std::istringstream again(slurp(path("all.out")));
+    std::getline(again, got);
+    const auto printed = nlohmann::json::parse(got)["logprobs"];
+    ASSERT_EQ(printed.size(), lp[0].size());
+    for (size_t t = 0; t < lp[0].size(); ++t)
+      EXPECT_EQ(std::strtof(printed[t].dump().c_str(), nullptr), lp[0][t]) << t;
+  }
+}
+
+TEST_F(Cli, ScoreErrorsNameTheLine) {
+  ASSERT_EQ(run(fmt::format("init --preset tiny-dense --out {}", path("m"))).rc, 0);
+  struct Case { std::string content, phrase; };
+  for (const Case& c : {Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 1}\n{\"tokens\": [1,]}\n", ":2:"},
+                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 3}\n", "prompt_len 3"},
+                        Case{"{\"tokens\": [1, 999]}\n", "token id 999"},
+                        Case{"{\"ids\": [1, 2]}\n", ":1:"}}) {
+    std::ofstream(path("in.jsonl")) << c.content;
+    const CmdResult r = run(fmt::format("score --model {} --in {} --out {}", path("m"), path("in.jsonl"), path("o.jsonl")));
+    EXPECT_EQ(r.rc, 1) << c.content;
+    EXPECT_NE(r.err.find(c.phrase), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(path("o.jsonl")));
+  }
+  const CmdResult r = run(fmt::format("score --model {} --plan int3 --in {} --out {}", path("m"), path("in.jsonl"), path("o.jsonl")));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("unknown precision plan 'int3'"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -1,0 +1,73 @@
+// mxrl bench forward: forward-pass (prefill) tokens/s of a preset model under
+// several plans, on identical random tokens, in one run (fp32 is the baseline).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <random>
+
+#include "cli/commands.h"
+#include "model/init.h"
+#include "model/score.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+struct ForwardArgs {
+  std::string preset = "tiny-dense";
+  std::vector<std::string> plans = {"fp32", "bf16", "mxfp8"};
+  int64_t batch = 8, seq_len = 128;
+  int threads = 0;
+  bool json = false;
+};
+
+void bench_forward(const ForwardArgs& a) {
+  ThreadPool pool(a.threads);
+  ParamTable params(preset_config(a.preset, 86));
+  init_params(params, 0, 0.02f);
+  std::mt19937 rng(1);
+  std::vector<ScoreRequest> reqs(a.batch);
+  for (auto& r : reqs) {
+    for (int64_t t = 0; t < a.seq_len; ++t) r.tokens.push_back(static_cast<int32_t>(rng() % 86));
+    r.prompt_len = 1;
+  }
+  nlohmann::json j = {{"bench", "forward"}, {"preset", a.preset}, {"batch", a.batch}, {"seq_len", a.seq_len},
+                      {"threads", pool.size()}, {"params", params.numel()}, {"results", nlohmann::json::array()}};
+  if (!a.json)
+    fmt::print("bench forward: {} ({:.2f} M params), {} x {} tokens, {} thread(s), median of 3\n{:<14} {:>10} {:>10} {:>12}\n",
+               a.preset, params.numel() / 1e6, a.batch, a.seq_len, pool.size(), "plan", "tokens/s", "x first", "prepare ms");
+  double base = 0;
+  for (const std::string& name : a.plans) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Model model(params, PrecisionPlan::resolve(name), {&pool});
+    const double prep = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> t;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto s0 = std::chrono::steady_clock::now();
+      score_sequences(model, reqs, {a.batch * a.seq_len, 0}, {&pool});
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+    }
+    std::sort(t.begin(), t.end());
+    const double tps = a.batch * a.seq_len / t[1];
+    if (base == 0) base = tps;
+    j["results"].push_back({{"plan", name}, {"tokens_per_s", tps}, {"ratio_to_first", tps / base}, {"prepare_ms", prep}});
+    if (!a.json) fmt::print("{:<14} {:>10.0f} {:>10.2f} {:>12.1f}\n", name, tps, tps / base, prep);
+  }
+  if (a.json) fmt::print("{}\n", j.dump());
+}
+}  // namespace
+
+void add_bench_forward(CLI::App* bench) {
+  auto a = std::make_shared<ForwardArgs>();
+  auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
+  c->add_option("--preset", a->preset, "tiny-dense or tiny-moe")->check(CLI::IsMember({"tiny-dense", "tiny-moe"}))->capture_default_str();
+  c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
+  c->add_option("--batch", a->batch, "Sequences")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();
+  add_threads_option(c, &a->threads);
+  c->add_flag("--json", a->json, "One JSON object on the last line");
+  c->callback([a] { bench_forward(*a); });
+}
+
+}  // namespace mxrl::cli

@@ -1,0 +1,90 @@
+// mxrl init: a randomly initialised checkpoint (config.json, safetensors,
+// tokenizer.json) from a preset or a TOML config.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "cli/commands.h"
+#include "model/checkpoint.h"
+#include "model/init.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace mxrl::cli {
+
+namespace {
+struct InitArgs {
+  std::string preset, config, out, dtype = "f32";
+  uint64_t seed = 0;
+  float std = 0.02f;
+};
+
+// The built-in tasks' character vocabulary.
+constexpr const char* kCharset =
+    "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+// A TOML model config: the fields of config.json, e.g.
+//   model_type = "qwen3"  hidden_size = 256  num_hidden_layers = 4 ...
+// (vocab_size defaults to the character tokenizer's).
+ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    fail("{}: invalid TOML at line {}: {}", path, e.source().begin.line, e.description());
+  }
+  nlohmann::json j = nlohmann::json::object();
+  for (auto& [k, v] : t) {
+    if (auto i = v.value<int64_t>(); i && v.is_integer()) j[std::string(k.str())] = *i;
+    else if (auto d = v.value<double>(); d && v.is_floating_point()) j[std::string(k.str())] = *d;
+    else if (auto b = v.value<bool>(); b && v.is_boolean()) j[std::string(k.str())] = *b;
+    else if (auto s = v.value<std::string>(); s && v.is_string()) j[std::string(k.str())] = *s;
+    else if (const toml::array* a = v.as_array()) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& x : *a) {
+        auto xi = x.value<int64_t>();
+        if (!xi) fail("{}: '{}' must be an array of integers", path, k.str());
+        arr.push_back(*xi);
+      }
+      j[std::string(k.str())] = arr;
+    } else {
+      fail("{}: unsupported value for '{}'", path, k.str());
+    }
+  }
+  if (!j.contains("vocab_size")) j["vocab_size"] = vocab;
+  if (!j.contains("model_type")) j["model_type"] = "qwen3";
+  return ModelConfig::from_json(j, path);
+}
+
+void run_init(const InitArgs& a) {
+  if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset or --config");
+  const tok::Tokenizer tk = tok::make_char_tokenizer(kCharset, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+  ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, tk.vocab_size()) : preset_config(a.preset, tk.vocab_size());
+  if (cfg.vocab_size < tk.vocab_size())
+    fail("vocab_size {} is smaller than the character tokenizer's {}", cfg.vocab_size, tk.vocab_size());
+  cfg.eos_token_id = *tk.token_id("<|endoftext|>");
+  cfg.bos_token_id = cfg.eos_token_id;
+  ParamTable params(cfg);
+  init_params(params, a.seed, a.std);
+  const st::DType dtype = a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32;
+  save_checkpoint(a.out, cfg, params, dtype, {}, tk.to_json());
+  fmt::print(stderr, "wrote {}: {} ({} layers, hidden {}, {}), {:.2f} M parameters, vocab {}, seed {}\n", a.out,
+             cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size,
+             cfg.is_moe() ? fmt::format("{} experts top-{}", cfg.num_experts, cfg.num_experts_per_tok) : "dense",
+             params.numel() / 1e6, cfg.vocab_size, a.seed);
+}
+}  // namespace
+
+void add_init_command(CLI::App& app) {
+  auto a = std::make_shared<InitArgs>();
+  auto* c = app.add_subcommand("init", "Write a randomly initialised checkpoint (preset or TOML config)");
+  c->add_option("--preset", a->preset, "tiny-dense or tiny-moe")->check(CLI::IsMember({"tiny-dense", "tiny-moe"}));
+  c->add_option("--config", a->config, "TOML file with config.json fields")->check(CLI::ExistingFile);
+  c->add_option("--out", a->out, "Output checkpoint directory")->required();
+  c->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();
+  c->add_option("--init-std", a->std, "Std of the normal initialisation")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--dtype", a->dtype, "Stored dtype")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->callback([a] { run_init(*a); });
+}
+
+}  // namespace mxrl::cli

@@ -1,0 +1,206 @@
+#include "model/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "numerics/formats.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace mxrl {
+namespace fs = std::filesystem;
+
+namespace {
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail("{}: cannot open", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void to_f32(const st::TensorView& t, float* out, const std::string& file) {
+  const std::byte* p = t.data.data();
+  const int64_t n = t.numel();
+  switch (t.dtype) {
+    case st::DType::F32: std::memcpy(out, p, n * 4); break;
+    case st::DType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+      break;
+    case st::DType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = f16_to_f32(h);
+      }
+      break;
+    default:
+      fail("{}: tensor '{}' has dtype {}; checkpoints hold F32, BF16 or F16", file, t.name,
+           st::dtype_name(t.dtype));
+  }
+}
+
+std::vector<std::byte> from_f32(const float* x, int64_t n, st::DType dtype) {
+  std::vector<std::byte> out(n * st::dtype_size(dtype));
+  if (dtype == st::DType::F32) {
+    std::memcpy(out.data(), x, n * 4);
+    return out;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = dtype == st::DType::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+    std::memcpy(&out[2 * i], &h, 2);
+  }
+  return out;
+}
+
+const char* torch_dtype_name(st::DType d) {
+  return d == st::DType::BF16 ? "bfloat16" : d == st::DType::F16 ? "float16" : "float32";
+}
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& dir_s) {
+  const fs::path dir(dir_s);
+  if (!fs::is_directory(dir)) fail("{}: not a checkpoint directory", dir_s);
+  const ModelConfig cfg = ModelConfig::load((dir / "config.json").string());
+  Checkpoint ck{cfg, ParamTable(cfg), st::DType::F32, {}, {}, {}};
+
+  // The files: one model.safetensors, or the shards of the index.
+  std::vector<std::string> files;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text(index));
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}: invalid JSON: {}", index.string(), e.what());
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      fail("{}: no weight_map object", index.string());
+    std::set<std::string> seen;
+    for (auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string()) fail("{}: weight_map entry '{}' is not a file name", index.string(), name);
+      const std::string f = file.get<std::string>();
+      if (f.find('/') != std::string::npos || f == ".." )
+        fail("{}: shard '{}' must be a file name in the directory", index.string(), f);
+      ck.shard_of[name] = f;
+      if (seen.insert(f).second) files.push_back(f);
+    }
+  } else {
+    files.push_back("model.safetensors");
+  }
+
+  std::vector<bool> loaded(ck.params.entries().size(), false);
+  bool dtype_set = false;
+  for (const std::string& fname : files) {
+    const std::string path = (dir / fname).string();
+    const st::File f = st::File::open(path);
+    for (const auto& t : f.tensors()) {
+      if (!ck.shard_of.empty()) {
+        auto it = ck.shard_of.find(t.name);
+        if (it == ck.shard_of.end() || it->second != fname)
+          fail("{}: tensor '{}' is not listed for this shard in model.safetensors.index.json", path, t.name);
+      }
+      const int i = ck.params.index_of(t.name);
+      if (i < 0) {
+        if (t.name == "lm_head.weight" && cfg.tie_word_embeddings) continue;  // a tied duplicate
+        fail("{}: unexpected tensor '{}' for a {} with this config", path, t.name, cfg.model_type);
+      }
+      const ParamInfo& p = ck.params.entries()[i];
+      if (t.shape != p.shape)
+        fail("{}: tensor '{}' has shape {}, the config needs {}", path, t.name, shape_str(t.shape),
+             shape_str(p.shape));
+      if (loaded[i]) fail("{}: tensor '{}' appears twice", path, t.name);
+      to_f32(t, ck.params.data(i), path);
+      loaded[i] = true;
+      if (!dtype_set) ck.dtype = t.dtype, dtype_set = true;
+    }
+  }
+  for (size_t i = 0; i < loaded.size(); ++i)
+    if (!loaded[i]) fail("{}: missing tensor '{}'", dir_s, ck.params.entries()[i].name);
+  for (const auto& [name, file] : ck.shard_of)
+    if (ck.params.index_of(name) < 0 && !(name == "lm_head.weight" && cfg.tie_word_embeddings))
+      fail("{}: index lists unexpected tensor '{}'", index.string(), name);
+  if (fs::exists(dir / "tokenizer.json")) ck.tokenizer_json = read_text(dir / "tokenizer.json");
+  if (fs::exists(dir / "tokenizer_config.json"))
+    ck.tokenizer_config_json = read_text(dir / "tokenizer_config.json");
+  return ck;
+}
+
+void save_checkpoint(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
+                     st::DType dtype, const std::map<std::string, std::string>& shard_of,
+                     const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
+  if (dtype != st::DType::F32 && dtype != st::DType::BF16 && dtype != st::DType::F16)
+    fail("{}: checkpoints are saved as F32, BF16 or F16, not {}", dir_s, st::dtype_name(dtype));
+  const fs::path dir = fs::absolute(fs::path(dir_s)).lexically_normal();
+  const fs::path tmp = dir.parent_path() / (dir.filename().string() + ".partial-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    // Group tensors by shard, keeping the table's order within each.
+    std::map<std::string, st::Writer> writers;
+    std::vector<std::string> order;
+    for (const ParamInfo& p : params.entries()) {
+      std::string file = "model.safetensors";
+      if (!shard_of.empty()) {
+        auto it = shard_of.find(p.name);
+        if (it == shard_of.end()) fail("{}: no shard given for tensor '{}'", dir_s, p.name);
+        file = it->second;
+      }
+      if (!writers.count(file)) order.push_back(file);
+      writers[file].add(p.name, dtype, p.shape, from_f32(params.storage().data() + p.offset, p.numel, dtype));
+    }
+    for (auto& [file, w] : writers) {
+      w.set_metadata({{"format", "pt"}});
+      w.write((tmp / file).string());
+    }
+    if (!shard_of.empty()) {
+      nlohmann::json wm = nlohmann::json::object();
+      for (const ParamInfo& p : params.entries()) wm[p.name] = shard_of.at(p.name);
+      int64_t total = static_cast<int64_t>(params.numel() * st::dtype_size(dtype));
+      write_file_atomic((tmp / "model.safetensors.index.json").string(),
+                        nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", wm}}.dump(2) + "\n");
+    }
+    nlohmann::json cj = config.to_json();
+    cj["torch_dtype"] = torch_dtype_name(dtype);
+    write_file_atomic((tmp / "config.json").string(), cj.dump(2) + "\n");
+    if (!tokenizer_json.empty()) write_file_atomic((tmp / "tokenizer.json").string(), tokenizer_json);
+    if (!tokenizer_config_json.empty())
+      write_file_atomic((tmp / "tokenizer_config.json").string(), tokenizer_config_json);
+    // Swap the finished directory into place.
+    if (fs::exists(dir)) {
+      const fs::path old = dir.parent_path() / (dir.filename().string() + ".old-" + std::to_string(::getpid()));
+      fs::remove_all(old);
+      fs::rename(dir, old);
+      fs::rename(tmp, dir);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, dir);
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+void save_checkpoint(const std::string& dir, const Checkpoint& ck) {
+  save_checkpoint(dir, ck.config, ck.params, ck.dtype, ck.shard_of, ck.tokenizer_json, ck.tokenizer_config_json);
+}
+
+}  // namespace mxrl

@@ -1,0 +1,20 @@
+// Random initialization and the embedded preset models.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/params.h"
+
+namespace mxrl {
+
+// Linear weights and embeddings ~ N(0, std^2) (output projections o_proj and
+// down_proj scaled by 1/sqrt(2 * layers)), norm weights 1. Deterministic in seed.
+void init_params(ParamTable& params, uint64_t seed, float std = 0.02f);
+
+// "tiny-dense" / "tiny-moe": hidden 256, 4 layers, 8 query / 2 KV heads of
+// 32, dense MLP 768 or 8 experts (top-2) of 256, for a vocabulary of
+// `vocab_size` (the built-in character tokenizer's).
+ModelConfig preset_config(const std::string& name, int64_t vocab_size);
+std::vector<std::string> preset_names();
+
+}  // namespace mxrl

@@ -1,0 +1,122 @@
+#include "model/linear.h"
+
+#include <cstring>
+
+#include "numerics/formats.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl {
+
+namespace {
+std::vector<uint16_t> to_bf16(const float* w, int64_t n) {
+  std::vector<uint16_t> b(n);
+  for (int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(w[i]);
+  return b;
+}
+
+Fp8Grid weight_grid(Precision p, int64_t n, int64_t k) {
+  return p == Precision::FP8Tensor ? Fp8Grid::per_tensor(n, k) : Fp8Grid::block128_weight();
+}
+Fp8Grid activation_grid(Precision p, int64_t k) {
+  return p == Precision::FP8Tensor ? Fp8Grid::per_token(k) : Fp8Grid::block128_act();
+}
+}  // namespace
+
+PreparedLinear PreparedLinear::prepare(const std::string& name, const float* w, int64_t n, int64_t k,
+                                       const LinearPrecision& prec, const Exec& exec) {
+  PreparedLinear L;
+  L.name = name;
+  L.prec = prec;
+  L.n = n;
+  L.k = k;
+  switch (prec.precision) {
+    case Precision::FP32: L.f32.assign(w, w + n * k); break;
+    case Precision::BF16: L.bf16 = to_bf16(w, n * k); break;
+    case Precision::MXFP8: {
+      if (k % kMxBlock != 0)
+        fail("{}: in features ({}) must be a multiple of {} for {}", name, k, kMxBlock, prec.str());
+      const auto compute = to_bf16(w, n * k);
+      L.codes.resize(n * k);
+      L.mx_scales.resize(mx_num_scales(n, k, Axis::Row));
+      const MxConfig cfg{prec.elem, prec.rule, Axis::Row, Rounding::RNE, 0};
+      mx_quantize(compute.data(), InType::BF16, n, k, cfg, L.codes.data(), L.mx_scales.data(), exec);
+      break;
+    }
+    case Precision::FP8Tensor:
+    case Precision::FP8Block128: {
+      const auto compute = to_bf16(w, n * k);
+      const Fp8Grid g = weight_grid(prec.precision, n, k);
+      L.codes.resize(n * k);
+      L.fp8_scales.resize(fp8_num_scales(n, k, g));
+      fp8_quantize(compute.data(), InType::BF16, n, k, g, prec.elem, L.codes.data(), L.fp8_scales.data(), exec);
+      break;
+    }
+  }
+  L.packed = PackedWeight::pack(L.view(), exec);
+  return L;
+}
+
+WeightView PreparedLinear::view() const {
+  WeightView v;
+  v.n = n;
+  v.k = k;
+  v.elem = prec.elem;
+  switch (prec.precision) {
+    case Precision::FP32: v.fmt = WFormat::F32; v.data = f32.data(); break;
+    case Precision::BF16: v.fmt = WFormat::BF16; v.data = bf16.data(); break;
+    case Precision::MXFP8:
+      v.fmt = WFormat::MX;
+      v.data = codes.data();
+      v.mx_scales = mx_scales.data();
+      break;
+    case Precision::FP8Tensor:
+    case Precision::FP8Block128:
+      v.fmt = WFormat::FP8;
+      v.data = codes.data();
+      v.fp8_scales = fp8_scales.data();
+      v.fp8_grid = weight_grid(prec.precision, n, k);
+      break;
+  }
+  return v;
+}
+
+void quantize_activations(const float* x, int64_t m, int64_t k, const LinearPrecision& prec, float* out,
+                          const Exec& exec) {
+  switch (prec.precision) {
+    case Precision::FP32: std::memcpy(out, x, m * k * sizeof(float)); return;
+    case Precision::BF16:
+      for (int64_t i = 0; i < m * k; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      return;
+    case Precision::MXFP8: {
+      std::vector<uint8_t> codes(m * k), scales(mx_num_scales(m, k, Axis::Row));
+      const MxConfig cfg{prec.elem, prec.rule, Axis::Row, Rounding::RNE, 0};
+      mx_quantize(x, InType::F32, m, k, cfg, codes.data(), scales.data(), exec);
+      mx_dequantize(codes.data(), scales.data(), m, k, prec.elem, Axis::Row, out, exec);
+      return;
+    }
+    case Precision::FP8Tensor:
+    case Precision::FP8Block128: {
+      const Fp8Grid g = activation_grid(prec.precision, k);
+      std::vector<uint8_t> codes(m * k);
+      std::vector<float> scales(fp8_num_scales(m, k, g));
+      fp8_quantize(x, InType::F32, m, k, g, prec.elem, codes.data(), scales.data(), exec);
+      fp8_dequantize(codes.data(), scales.data(), m, k, g, prec.elem, out, exec);
+      return;
+    }
+  }
+}
+
+void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<float>& scratch,
+                             const Exec& exec) const {
+  if (m == 0) return;
+  if (prec.precision == Precision::FP32) {
+    gemm(x, m, packed, y, exec);
+    return;
+  }
+  scratch.resize(m * k);
+  quantize_activations(x, m, k, prec, scratch.data(), exec);
+  gemm(scratch.data(), m, packed, y, exec);
+}
+
+}  // namespace mxrl

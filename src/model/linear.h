@@ -1,0 +1,45 @@
+// A linear layer prepared under its precision: the forward weights it
+// computes with (held as shipped: FP32, BF16 bits, MX codes + E8M0 scales,
+// or FP8 codes + FP32 scales), packed for the GEMM, and the matching
+// per-token activation quantization.
+//
+// Weights of every precision but fp32 come from the compute copy: the BF16
+// rounding of the FP32 master (BRIEF §4). MX weights are its row (1x32 along
+// K) quantization: the learner's forward weights.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "model/plan.h"
+
+namespace mxrl {
+
+struct PreparedLinear {
+  std::string name;
+  LinearPrecision prec;
+  int64_t n = 0, k = 0;
+  std::vector<float> f32;         // FP32
+  std::vector<uint16_t> bf16;     // BF16
+  std::vector<uint8_t> codes;     // MXFP8 / FP8
+  std::vector<uint8_t> mx_scales; // MXFP8: [n][k/32]
+  std::vector<float> fp8_scales;  // FP8
+  PackedWeight packed;
+
+  // From FP32 master weights w[n, k]; throws naming the tensor when the
+  // shape does not suit the precision (MX needs k % 32 == 0).
+  static PreparedLinear prepare(const std::string& name, const float* w, int64_t n, int64_t k,
+                                const LinearPrecision& prec, const Exec& exec);
+  WeightView view() const;
+
+  // y[m, n] = quantize_activations(x[m, k]) * W^T. scratch holds m*k floats.
+  void forward(const float* x, int64_t m, float* y, std::vector<float>& scratch, const Exec& exec) const;
+};
+
+// The activations a linear of this precision actually multiplies: x rounded
+// to BF16, or MX/FP8 quantized per token and dequantized (exact for MX).
+void quantize_activations(const float* x, int64_t m, int64_t k, const LinearPrecision& prec, float* out,
+                          const Exec& exec);
+
+}  // namespace mxrl

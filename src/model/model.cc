@@ -1,0 +1,213 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "numerics/formats.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl {
+
+Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
+    : cfg_(params.config()), plan_(std::move(plan)) {
+  // Compute copies of the non-linear parameters (embeddings, norms).
+  std::vector<int64_t> off(params.entries().size(), -1);
+  int64_t total = 0;
+  for (size_t i = 0; i < params.entries().size(); ++i)
+    if (params.entries()[i].role != ParamRole::Linear) off[i] = total, total += params.entries()[i].numel;
+  compute_.resize(total);
+  for (size_t i = 0; i < params.entries().size(); ++i) {
+    if (off[i] < 0) continue;
+    const float* src = params.data(static_cast<int>(i));
+    float* dst = compute_.data() + off[i];
+    for (int64_t j = 0; j < params.entries()[i].numel; ++j)
+      dst[j] = plan_.bf16_embeddings ? bf16_to_f32(f32_to_bf16(src[j])) : src[j];
+  }
+  embed_off_ = off[params.embed()];
+  final_norm_off_ = off[params.final_norm()];
+  auto lin = [&](int i) {
+    const ParamInfo& p = params.entries()[i];
+    return PreparedLinear::prepare(p.name, params.data(i), p.shape[0], p.shape[1], plan_.for_param(p), exec);
+  };
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerIndex& li = params.layer(l);
+    PreparedLayer L;
+    L.input_norm = compute_.data() + off[li.input_norm];
+    L.q_norm = compute_.data() + off[li.q_norm];
+    L.k_norm = compute_.data() + off[li.k_norm];
+    L.post_norm = compute_.data() + off[li.post_norm];
+    L.q = lin(li.q), L.k = lin(li.k), L.v = lin(li.v), L.o = lin(li.o);
+    L.moe = li.router >= 0;
+    if (L.moe) {
+      L.router = lin(li.router);
+      for (size_t e = 0; e < li.expert_gate.size(); ++e) {
+        L.expert_gate.push_back(lin(li.expert_gate[e]));
+        L.expert_up.push_back(lin(li.expert_up[e]));
+        L.expert_down.push_back(lin(li.expert_down[e]));
+      }
+    } else {
+      L.gate = lin(li.gate), L.up = lin(li.up), L.down = lin(li.down);
+    }
+    layers_.push_back(std::move(L));
+  }
+  // The logits weight: lm_head, or the embedding when tied (under lm_head's precision).
+  const ParamInfo& head = params.entries()[params.lm_head()];
+  lm_head_ = PreparedLinear::prepare(head.name, params.data(params.lm_head()), head.shape[0], head.shape[1],
+                                     plan_.lm_head, exec);
+  rope_ = RopeTable::make(cfg_.head_dim, cfg_.rope_theta);
+}
+
+std::vector<const PreparedLinear*> Model::linears() const {
+  std::vector<const PreparedLinear*> out;
+  for (const PreparedLayer& L : layers_) {
+    for (const PreparedLinear* p : {&L.q, &L.k, &L.v, &L.o}) out.push_back(p);
+    if (L.moe) {
+      out.push_back(&L.router);
+      for (size_t e = 0; e < L.expert_gate.size(); ++e)
+        for (const PreparedLinear* p : {&L.expert_gate[e], &L.expert_up[e], &L.expert_down[e]}) out.push_back(p);
+    } else {
+      for (const PreparedLinear* p : {&L.gate, &L.up, &L.down}) out.push_back(p);
+    }
+  }
+  out.push_back(&lm_head_);
+  return out;
+}
+
+KvCache::KvCache(const ModelConfig& cfg) : layers_(cfg.num_hidden_layers), kv_dim_(cfg.kv_dim()) {}
+
+int KvCache::add_sequence() {
+  k_.emplace_back();
+  v_.emplace_back();
+  cap_.push_back(0);
+  len_.push_back(0);
+  return static_cast<int>(len_.size()) - 1;
+}
+
+void KvCache::reset(int slot) { len_[slot] = 0; }
+
+void KvCache::reserve(int slot, int64_t n) {
+  if (n <= cap_[slot]) return;
+  int64_t cap = std::max<int64_t>(n, cap_[slot] * 2);
+  for (auto* buf : {&k_[slot], &v_[slot]}) {
+    std::vector<float> grown(layers_ * cap * kv_dim_);
+    for (int64_t l = 0; l < layers_; ++l)
+      std::memcpy(&grown[l * cap * kv_dim_], buf->data() + l * cap_[slot] * kv_dim_,
+                  len_[slot] * kv_dim_ * sizeof(float));
+    *buf = std::move(grown);
+  }
+  cap_[slot] = cap;
+}
+
+namespace {
+// Per-token work split over threads (each row independent).
+template <typename F>
+void per_token(const Exec& exec, int64_t n, F&& f) {
+  parallel_for(exec.pool, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(i);
+  });
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
+}
+
+// SwiGLU MLP on rows x[m, H] -> y[m, H].
+void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x,
+         int64_t m, float* y, std::vector<float>& scratch, const Exec& exec) {
+  const int64_t F = gate.n;
+  std::vector<float> g(m * F), u(m * F);
+  gate.forward(x, m, g.data(), scratch, exec);
+  up.forward(x, m, u.data(), scratch, exec);
+  swiglu_forward(g.data(), g.data(), u.data(), m * F);
+  down.forward(g.data(), m, y, scratch, exec);
+}
+
+// Sparse MoE block: route each row, run each expert on its rows (in expert
+// order), and sum weight * output into y in ascending expert order.
+void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t m, float* y,
+         std::vector<float>& scratch, const Exec& exec) {
+  const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.num_experts_per_tok;
+  std::vector<float> logits(m * E);
+  L.router.forward(x, m, logits.data(), scratch, exec);
+  std::vector<int32_t> experts(m * K);
+  std::vector<float> weights(m * K);
+  moe_route(experts.data(), weights.data(), logits.data(), m, E, K, cfg.norm_topk_prob);
+  std::fill(y, y + m * H, 0.0f);
+  std::vector<float> xe, ye;
+  std::vector<int64_t> rows;
+  std::vector<float> w;
+  for (int64_t e = 0; e < E; ++e) {
+    rows.clear(), w.clear();
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < K; ++j)
+        if (experts[r * K + j] == e) rows.push_back(r), w.push_back(weights[r * K + j]);
+    if (rows.empty()) continue;
+    const int64_t me = static_cast<int64_t>(rows.size());
+    xe.resize(me * H), ye.resize(me * H);
+    for (int64_t i = 0; i < me; ++i) std::memcpy(&xe[i * H], x + rows[i] * H, H * sizeof(float));
+    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xe.data(), me, ye.data(), scratch, exec);
+    for (int64_t i = 0; i < me; ++i)
+      for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + ye[i * H + d] * w[i];
+  }
+}
+}  // namespace
+
+void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec) {
+  const ModelConfig& c = model.config();
+  const int64_t n = b.size(), H = c.hidden_size, hd = c.head_dim;
+  const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  for (int64_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size) fail("forward: token id {} out of range [0, {})", b.tokens[i], c.vocab_size);
+    if (b.pos[i] >= c.max_position_embeddings)
+      fail("forward: position {} exceeds max_position_embeddings {}", b.pos[i], c.max_position_embeddings);
+  }
+  // Grow each slot's cache to its new length; positions must continue it.
+  for (int64_t i = 0; i < n; ++i) {
+    const int s = b.slot[i];
+    if (b.pos[i] != cache.length(s)) fail("forward: slot {} expects position {}, got {}", s, cache.length(s), b.pos[i]);
+    cache.reserve(s, b.pos[i] + 1);
+    cache.set_length(s, b.pos[i] + 1);
+  }
+  std::vector<float> x(n * H), xn(n * H), q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim());
+  std::vector<float> att(n * c.q_dim()), y(n * H), scratch;
+  embedding_forward(x.data(), b.tokens.data(), n, model.embedding(), H);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const PreparedLayer& L = model.layer(l);
+    // Attention block.
+    rmsnorm_forward(xn.data(), x.data(), L.input_norm, n, H, eps);
+    L.q.forward(xn.data(), n, q.data(), scratch, exec);
+    L.k.forward(xn.data(), n, k.data(), scratch, exec);
+    L.v.forward(xn.data(), n, v.data(), scratch, exec);
+    per_token(exec, n, [&](int64_t i) {
+      float* qi = &q[i * c.q_dim()];
+      float* ki = &k[i * c.kv_dim()];
+      rmsnorm_forward(qi, qi, L.q_norm, nq, hd, eps);
+      rmsnorm_forward(ki, ki, L.k_norm, nkv, hd, eps);
+      rope_forward(qi, nq, b.pos[i], model.rope());
+      rope_forward(ki, nkv, b.pos[i], model.rope());
+      std::memcpy(cache.k(b.slot[i], l, b.pos[i]), ki, c.kv_dim() * sizeof(float));
+      std::memcpy(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], c.kv_dim() * sizeof(float));
+    });
+    per_token(exec, n, [&](int64_t i) {
+      std::vector<float> scores(b.pos[i] + 1);
+      attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),
+                        b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, scores.data());
+    });
+    L.o.forward(att.data(), n, y.data(), scratch, exec);
+    add_inplace(x.data(), y.data(), n * H);
+    // MLP block.
+    rmsnorm_forward(xn.data(), x.data(), L.post_norm, n, H, eps);
+    if (L.moe)
+      moe(L, c, xn.data(), n, y.data(), scratch, exec);
+    else
+      mlp(L.gate, L.up, L.down, xn.data(), n, y.data(), scratch, exec);
+    add_inplace(x.data(), y.data(), n * H);
+  }
+  rmsnorm_forward(xn.data(), x.data(), model.final_norm(), n, H, eps);
+  model.lm_head().forward(xn.data(), n, logits, scratch, exec);
+}
+
+}  // namespace mxrl

@@ -1,0 +1,88 @@
+// A Qwen3 / Qwen3-MoE model prepared to compute under one precision plan,
+// and its forward pass. The learner and the sampler both run this code: that
+// sharing is what makes their log-probs agree bit for bit.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/linear.h"
+#include "model/params.h"
+#include "model/plan.h"
+
+namespace mxrl {
+
+struct PreparedLayer {
+  const float *input_norm, *q_norm, *k_norm, *post_norm;  // compute copies
+  PreparedLinear q, k, v, o;
+  PreparedLinear gate, up, down;  // dense MLP
+  PreparedLinear router;          // MoE
+  std::vector<PreparedLinear> expert_gate, expert_up, expert_down;
+  bool moe = false;
+};
+
+class Model {
+ public:
+  // Prepares every weight from the FP32 masters under `plan`.
+  Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec = {});
+
+  const ModelConfig& config() const { return cfg_; }
+  const PrecisionPlan& plan() const { return plan_; }
+  const float* embedding() const { return compute_.data() + embed_off_; }
+  const float* final_norm() const { return compute_.data() + final_norm_off_; }
+  const PreparedLayer& layer(int64_t i) const { return layers_[i]; }
+  const PreparedLinear& lm_head() const { return lm_head_; }
+  const RopeTable& rope() const { return rope_; }
+  // Every prepared linear, in table order (for digests and sync).
+  std::vector<const PreparedLinear*> linears() const;
+
+ private:
+  ModelConfig cfg_;
+  PrecisionPlan plan_;
+  std::vector<float> compute_;  // compute copies of embeddings and norms (FP32 or BF16-rounded)
+  int64_t embed_off_ = 0, final_norm_off_ = 0;
+  std::vector<PreparedLayer> layers_;
+  PreparedLinear lm_head_;
+  RopeTable rope_;
+};
+
+// Keys and values per sequence slot and layer, after k_norm and RoPE:
+// [layer][pos][kv_dim] each, growing as positions are written.
+class KvCache {
+ public:
+  explicit KvCache(const ModelConfig& cfg);
+  int add_sequence();                 // a new empty slot
+  void reset(int slot);               // length back to 0
+  int64_t length(int slot) const { return len_[slot]; }
+  int num_slots() const { return static_cast<int>(len_.size()); }
+  // Make room for positions [0, n) of a slot.
+  void reserve(int slot, int64_t n);
+  void set_length(int slot, int64_t n) { len_[slot] = n; }
+  float* k(int slot, int64_t layer, int64_t pos) { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  float* v(int slot, int64_t layer, int64_t pos) { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  const float* k(int slot, int64_t layer, int64_t pos) const { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  const float* v(int slot, int64_t layer, int64_t pos) const { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  int64_t kv_dim() const { return kv_dim_; }
+
+ private:
+  int64_t layers_, kv_dim_;
+  std::vector<std::vector<float>> k_, v_;
+  std::vector<int64_t> cap_, len_;
+};
+
+// A batch of tokens: token i belongs to cache slot slot[i] at position
+// pos[i]. A slot's tokens in one call must be consecutive positions
+// continuing its cache (the first at the slot's current length).
+struct TokenBatch {
+  std::vector<int32_t> tokens, slot;
+  std::vector<int64_t> pos;
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  void add(int32_t token, int s, int64_t p) { tokens.push_back(token), slot.push_back(s), pos.push_back(p); }
+};
+
+// Runs the model on the batch, appending each token's keys and values to
+// the cache, and writes logits[n, vocab]. Every row's logits are bitwise
+// independent of the other rows of the call and of the thread count.
+void forward(const Model& model, KvCache& cache, const TokenBatch& batch, float* logits, const Exec& exec = {});
+
+}  // namespace mxrl
