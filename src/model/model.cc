@@ -91,7 +91,7 @@ void KvCache::reserve(int slot, int64_t n) {
   int64_t cap = std::max<int64_t>(n, cap_[slot] * 2);
   for (auto* buf : {&k_[slot], &v_[slot]}) {
     std::vector<float> grown(layers_ * cap * kv_dim_);
-    for (int64_t l = 0; l < layers_; ++l)
+    for (int64_t l = 0; l < layers_ && len_[slot] > 0; ++l)
       std::memcpy(&grown[l * cap * kv_dim_], buf->data() + l * cap_[slot] * kv_dim_,
                   len_[slot] * kv_dim_ * sizeof(float));
     *buf = std::move(grown);

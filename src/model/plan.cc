@@ -121,9 +121,11 @@ PrecisionPlan PrecisionPlan::load_toml(const std::string& path) {
     fail("{}: invalid TOML at line {}: {}", path, e.source().begin.line, e.description());
   }
   static const char* known[] = {"name", "default", "elem", "scale_rule", "router", "lm_head", "embeddings", "override"};
-  for (auto& [k, v] : t)
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* s) { return k.str() == s; }) == std::end(known))
-      fail("{}: unknown key '{}'", path, k.str());
+  for (const auto& kv : t) {
+    const std::string_view key = kv.first.str();
+    if (std::find(std::begin(known), std::end(known), key) == std::end(known))
+      fail("{}: unknown key '{}'", path, key);
+  }
   PrecisionPlan p;
   p.name = t["name"].value_or(std::string("custom"));
   if (!t.contains("default")) fail("{}: missing 'default' precision", path);
