@@ -2,6 +2,7 @@
 // [0, n) into contiguous chunks. Kernels that use it write disjoint outputs
 // per index, so results never depend on the thread count.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -34,9 +35,11 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* task_ = nullptr;
   int64_t n_ = 0;
   int chunks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  // Written under mu_; also read without it while spinning (waking a
+  // sleeping thread costs tens of microseconds, more than small tasks).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // Serial when pool is null.
