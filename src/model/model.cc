@@ -24,6 +24,11 @@ Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
     for (int64_t j = 0; j < params.entries()[i].numel; ++j)
       dst[j] = plan_.bf16_embeddings ? bf16_to_f32(f32_to_bf16(src[j])) : src[j];
   }
+  for (size_t i = 0; i < params.entries().size(); ++i) {
+    const ParamInfo& p = params.entries()[i];
+    param_names_.push_back(p.name);
+    if (off[i] >= 0) copies_.push_back({p.name, off[i], p.numel, p.shape});
+  }
   embed_off_ = off[params.embed()];
   final_norm_off_ = off[params.final_norm()];
   auto lin = [&](int i) {
@@ -71,6 +76,12 @@ std::vector<const PreparedLinear*> Model::linears() const {
     }
   }
   out.push_back(&lm_head_);
+  return out;
+}
+
+std::vector<NamedBuffer> Model::compute_copies() const {
+  std::vector<NamedBuffer> out;
+  for (const CopyInfo& c : copies_) out.push_back({c.name, compute_.data() + c.offset, c.numel, c.shape});
   return out;
 }
 

@@ -3,6 +3,7 @@
 // sharing is what makes their log-probs agree bit for bit.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -21,6 +22,14 @@ struct PreparedLayer {
   bool moe = false;
 };
 
+// A compute copy (embedding or norm weight) by its checkpoint name.
+struct NamedBuffer {
+  std::string name;
+  const float* data = nullptr;  // FP32 values (BF16-rounded when the plan uses BF16 copies)
+  int64_t numel = 0;
+  std::vector<int64_t> shape;
+};
+
 class Model {
  public:
   // Prepares every weight from the FP32 masters under `plan`.
@@ -35,12 +44,23 @@ class Model {
   const RopeTable& rope() const { return rope_; }
   // Every prepared linear, in table order (for digests and sync).
   std::vector<const PreparedLinear*> linears() const;
+  // Every compute copy (embeddings, norms), in parameter-table order.
+  std::vector<NamedBuffer> compute_copies() const;
+  // The checkpoint name of every parameter-table entry, in table order.
+  const std::vector<std::string>& param_names() const { return param_names_; }
 
  private:
   ModelConfig cfg_;
   PrecisionPlan plan_;
   std::vector<float> compute_;  // compute copies of embeddings and norms (FP32 or BF16-rounded)
   int64_t embed_off_ = 0, final_norm_off_ = 0;
+  struct CopyInfo {
+    std::string name;
+    int64_t offset, numel;
+    std::vector<int64_t> shape;
+  };
+  std::vector<CopyInfo> copies_;         // compute_ by parameter, in table order
+  std::vector<std::string> param_names_;
   std::vector<PreparedLayer> layers_;
   PreparedLinear lm_head_;
   RopeTable rope_;
