@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
@@ -27,21 +28,6 @@ struct BenchArgs {
   double min_time = 0.3;
 };
 
-// Median seconds of a run of fn over >= 5 repetitions and >= min_time.
-double time_median(const std::function<void()>& fn, double min_time) {
-  fn();  // warm up (page faults, caches)
-  std::vector<double> t;
-  double total = 0;
-  while (t.size() < 5 || total < min_time) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    total += t.back();
-    if (t.size() >= 200) break;
-  }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
-}
 
 struct Result {
   std::string op;

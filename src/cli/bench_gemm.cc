@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "kernels/gemm.h"
 #include "numerics/mx.h"
@@ -33,21 +34,6 @@ struct GemmBenchArgs {
   double min_time = 0.2;
 };
 
-// Median seconds of a run of fn over >= 5 repetitions and >= min_time.
-double time_median(const std::function<void()>& fn, double min_time) {
-  fn();  // warm up (page faults, caches)
-  std::vector<double> t;
-  double total = 0;
-  while (t.size() < 5 || total < min_time) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    total += t.back();
-    if (t.size() >= 200) break;
-  }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
-}
 
 // oneDNN here runs on OpenMP; its thread count is set through the OpenMP
 // runtime it loaded (no link dependency of our own on OpenMP).

@@ -3,6 +3,7 @@
 // quantization of the compute copy, tied lm_head, and the findings
 // compare_digests reports for coverage, placement and dtype faults.
 #include "model/digest.h"
+#include "model/test_models.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>
@@ -22,32 +23,9 @@ namespace mxrl {
 namespace {
 
 // Dense (tied embeddings) or MoE (untied; layer 1 of 3 dense via mlp_only_layers).
-ModelConfig digest_config(bool moe) {
-  ModelConfig c;
-  c.vocab_size = 96;
-  c.hidden_size = 64;
-  c.num_hidden_layers = moe ? 3 : 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 32;
-  c.intermediate_size = 64;
-  c.max_position_embeddings = 128;
-  if (moe) {
-    c.model_type = "qwen3_moe";
-    c.num_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 32;
-    c.mlp_only_layers = {1};
-    c.tie_word_embeddings = false;
-  } else {
-    c.tie_word_embeddings = true;
-  }
-  c.validate("test");
-  return c;
-}
 
 ParamTable make_params(bool moe, uint64_t seed = 7) {
-  ParamTable p(digest_config(moe));
+  ParamTable p(small_test_config(moe));
   init_params(p, seed, 0.2f);
   return p;
 }
@@ -237,7 +215,7 @@ TEST(Digest, PartsDtypesShapesPerPlan) {
     EXPECT_NE(line.find("scales(F8_E8M0"), std::string::npos) << line;
   }
   // Blocked FP8 scales have one entry per 128x128 tile.
-  ParamTable big(digest_config(false));
+  ParamTable big(small_test_config(false));
   init_params(big, 1, 0.2f);
   const auto fb = digests(big, "fp8-block128");
   EXPECT_EQ(entry(fb, "model.layers.0.self_attn.q_proj.weight", "scales").shape, (std::vector<int64_t>{1, 1}));

@@ -16,6 +16,7 @@
 #include "model/checkpoint.h"
 #include "model/init.h"
 #include "model/model.h"
+#include "model/test_models.h"
 #include "model/score.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -24,27 +25,6 @@ namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-ModelConfig small_config(bool moe) {
-  ModelConfig c;
-  c.vocab_size = 96;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 32;
-  c.intermediate_size = 64;
-  c.max_position_embeddings = 128;
-  if (moe) {
-    c.model_type = "qwen3_moe";
-    c.num_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 32;
-  } else {
-    c.tie_word_embeddings = true;
-  }
-  c.validate("test");
-  return c;
-}
 
 std::vector<ScoreRequest> random_requests(int n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -73,7 +53,7 @@ class BatchInvariance : public ::testing::TestWithParam<std::tuple<bool, std::st
 
 TEST_P(BatchInvariance, LogprobsDoNotDependOnBatchingDecodeOrThreads) {
   const auto [moe, plan] = GetParam();
-  ParamTable params(small_config(moe));
+  ParamTable params(small_test_config(moe));
   init_params(params, 7, 0.2f);
   const Model model(params, PrecisionPlan::named(plan));
   const auto reqs = random_requests(6, params.config().vocab_size, 11);
@@ -110,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(Model, PlansChangeResultsButStayClose) {
-  ParamTable params(small_config(false));
+  ParamTable params(small_test_config(false));
   init_params(params, 3, 0.2f);
   const auto reqs = random_requests(3, params.config().vocab_size, 5);
   const auto f32 = score_sequences(Model(params, PrecisionPlan::named("fp32")), reqs);
@@ -131,7 +111,7 @@ TEST(Model, PlansChangeResultsButStayClose) {
 }
 
 TEST(Model, MxfpPlanNeedsKMultipleOf32) {
-  ModelConfig c = small_config(false);
+  ModelConfig c = small_test_config(false);
   c.hidden_size = 48;
   c.num_attention_heads = 2;
   c.num_key_value_heads = 1;

@@ -1,0 +1,27 @@
+// Timing shared by the bench commands.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+namespace mxrl::cli {
+
+// Median seconds of a run of fn over >= 5 repetitions and >= min_time
+// (after one warm-up run: page faults, caches), at most 200 runs.
+inline double time_median(const std::function<void()>& fn, double min_time) {
+  fn();
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < 5 || total < min_time) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    total += t.back();
+    if (t.size() >= 200) break;
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace mxrl::cli
