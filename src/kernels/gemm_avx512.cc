@@ -18,7 +18,14 @@
 #include <new>
 #include <utility>
 
+#include <cmath>
+
 #include "kernels/gemm.h"
+#include "numerics/formats.h"
+#include "numerics/mx.h"
+#include "util/target_avx512.h"
+
+MXRL_BEGIN_AVX512
 #include "numerics/simd_avx512.h"
 
 namespace mxrl::detail {
@@ -402,3 +409,4 @@ void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1
 const GemmKernels kGemmAvx512 = {run, kMc, kMr};
 
 }  // namespace mxrl::detail
+MXRL_END_AVX512

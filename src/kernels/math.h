@@ -32,19 +32,19 @@ static inline float pow2_scale(float p, int n) {
 // degree-6 polynomial by Horner with fma, then an exact power-of-two scale).
 // Max error about 1 ulp; +inf above 88.72, 0 below -103.97, NaN stays NaN.
 static inline float exp_f(float x) {
-  if (std::isnan(x)) return x;
+  if (__builtin_isnan(x)) return x;
   if (x > 88.72283935546875f) return INFINITY;
   if (x < -103.972084045410f) return 0.0f;
-  const float n = std::nearbyint(x * 1.44269502162933349609f);
-  float r = std::fma(n, -0.693359375f, x);
-  r = std::fma(n, 2.12194440e-4f, r);
+  const float n = __builtin_nearbyintf(x * 1.44269502162933349609f);
+  float r = __builtin_fmaf(n, -0.693359375f, x);
+  r = __builtin_fmaf(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
-  p = std::fma(p, r * r, r);
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r * r, r);
   p = p + 1.0f;
   return pow2_scale(p, static_cast<int>(n));
 }
@@ -71,14 +71,14 @@ static inline float sum_canonical(const float* x, int64_t n) {
 // sum of x[i]^2, each lane as fma(x, x, acc).
 static inline float sumsq_canonical(const float* x, int64_t n) {
   float acc[16] = {};
-  for (int64_t i = 0; i < n; ++i) acc[i % 16] = std::fma(x[i], x[i], acc[i % 16]);
+  for (int64_t i = 0; i < n; ++i) acc[i % 16] = __builtin_fmaf(x[i], x[i], acc[i % 16]);
   return lane_tree(acc);
 }
 
 // Sequential dot product: acc = fma(a[i], b[i], acc) for i in order (the GEMM order).
 static inline float dot_seq(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc = std::fma(a[i], b[i], acc);
+  for (int64_t i = 0; i < n; ++i) acc = __builtin_fmaf(a[i], b[i], acc);
   return acc;
 }
 

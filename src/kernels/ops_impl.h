@@ -21,7 +21,7 @@ void rmsnorm_impl(float* y, const float* x, const float* w, int64_t rows, int64_
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
     const float var = sumsq_canonical(xr, dim) / static_cast<float>(dim);
-    const float inv = 1.0f / std::sqrt(var + eps);
+    const float inv = 1.0f / __builtin_sqrtf(var + eps);
     for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
   }
 }
@@ -54,7 +54,7 @@ void attention_impl(float* out, const float* q, const float* k, const float* v, 
       const int64_t nj = std::min(kChunk, npos - j0);
       float acc[kChunk] = {};
       for (int64_t d = 0; d < hd; ++d)
-        for (int64_t j = 0; j < nj; ++j) acc[j] = std::fma(qh[d], k[(j0 + j) * kv_stride + g * hd + d], acc[j]);
+        for (int64_t j = 0; j < nj; ++j) acc[j] = __builtin_fmaf(qh[d], k[(j0 + j) * kv_stride + g * hd + d], acc[j]);
       for (int64_t j = 0; j < nj; ++j) scores[j0 + j] = acc[j] * scale;
     }
     float m = -INFINITY;
@@ -67,7 +67,7 @@ void attention_impl(float* out, const float* q, const float* k, const float* v, 
     for (int64_t j = 0; j < npos; ++j) {
       const float* vj = v + j * kv_stride + g * hd;
       const float p = scores[j];
-      for (int64_t d = 0; d < hd; ++d) oh[d] = std::fma(p, vj[d], oh[d]);
+      for (int64_t d = 0; d < hd; ++d) oh[d] = __builtin_fmaf(p, vj[d], oh[d]);
     }
   }
 }

@@ -1,9 +1,17 @@
 // AVX-512 quantization kernels. Each mirrors its scalar reference in
 // quant_scalar.cc and must agree with it bit for bit (quant_test.cc).
+#include <immintrin.h>
+
+#include <cmath>
 #include <cstring>
 
+#include "numerics/formats.h"
+#include "numerics/mx.h"
 #include "numerics/quant_kernels.h"
 #include "numerics/rng.h"
+#include "util/target_avx512.h"
+
+MXRL_BEGIN_AVX512
 #include "numerics/simd_avx512.h"
 
 namespace mxrl::detail {
@@ -244,3 +252,4 @@ const QuantKernels kAvx512Kernels = {mx_quant_row,   mx_quant_col, mx_dequant_ro
                                      group_decode};
 
 }  // namespace mxrl::detail
+MXRL_END_AVX512

@@ -1,0 +1,21 @@
+// MXRL_BEGIN_AVX512 / MXRL_END_AVX512: compile the code between them for
+// AVX-512 (F, BW, DQ, VL) + FMA, leaving the rest of the file at the baseline
+// target. Every *_avx512.cc file includes the C++ library and non-SIMD headers
+// first and opens the region after them, so inline functions and templates
+// from those headers are compiled for the baseline only: the linker can never
+// pick an AVX-512 copy of, say, std::vector's members for code that runs on a
+// CPU without AVX-512 (which a per-file -mavx512f would allow).
+#pragma once
+
+#if defined(__clang__)
+// (_Pragma takes exactly one string literal.)
+#define MXRL_BEGIN_AVX512 \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,fma\"))), apply_to = function)")
+#define MXRL_END_AVX512 _Pragma("clang attribute pop")
+#elif defined(__GNUC__)
+#define MXRL_BEGIN_AVX512 \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,fma\")")
+#define MXRL_END_AVX512 _Pragma("GCC pop_options")
+#else
+#error "AVX-512 kernels need GCC or clang"
+#endif
