@@ -88,6 +88,11 @@ std::vector<NamedBuffer> Model::compute_copies() const {
 KvCache::KvCache(const ModelConfig& cfg) : layers_(cfg.num_hidden_layers), kv_dim_(cfg.kv_dim()) {}
 
 int KvCache::add_sequence() {
+  if (!free_.empty()) {
+    const int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
   k_.emplace_back();
   v_.emplace_back();
   cap_.push_back(0);
@@ -96,6 +101,13 @@ int KvCache::add_sequence() {
 }
 
 void KvCache::reset(int slot) { len_[slot] = 0; }
+
+void KvCache::release(int slot) {
+  std::vector<float>().swap(k_[slot]);
+  std::vector<float>().swap(v_[slot]);
+  cap_[slot] = len_[slot] = 0;
+  free_.push_back(slot);
+}
 
 void KvCache::reserve(int slot, int64_t n) {
   if (n <= cap_[slot]) return;
@@ -164,7 +176,8 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
 }
 }  // namespace
 
-void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec) {
+void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec,
+             const std::vector<int64_t>* rows) {
   const ModelConfig& c = model.config();
   const int64_t n = b.size(), H = c.hidden_size, hd = c.head_dim;
   const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads;
@@ -216,6 +229,14 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     else
       mlp(L.gate, L.up, L.down, xn.data(), n, y.data(), scratch, exec);
     add_inplace(x.data(), y.data(), n * H);
+  }
+  if (rows) {  // gather the asked-for rows first: the lm_head is per row
+    std::vector<float> xr(rows->size() * H);
+    for (size_t i = 0; i < rows->size(); ++i) std::memcpy(&xr[i * H], &x[(*rows)[i] * H], H * sizeof(float));
+    const int64_t m = static_cast<int64_t>(rows->size());
+    rmsnorm_forward(xr.data(), xr.data(), model.final_norm(), m, H, eps);
+    model.lm_head().forward(xr.data(), m, logits, scratch, exec);
+    return;
   }
   rmsnorm_forward(xn.data(), x.data(), model.final_norm(), n, H, eps);
   model.lm_head().forward(xn.data(), n, logits, scratch, exec);

@@ -71,8 +71,9 @@ class Model {
 class KvCache {
  public:
   explicit KvCache(const ModelConfig& cfg);
-  int add_sequence();                 // a new empty slot
+  int add_sequence();                 // an empty slot (reusing released ones)
   void reset(int slot);               // length back to 0
+  void release(int slot);             // frees the slot's memory; add_sequence may reuse it
   int64_t length(int slot) const { return len_[slot]; }
   int num_slots() const { return static_cast<int>(len_.size()); }
   // Make room for positions [0, n) of a slot.
@@ -88,6 +89,7 @@ class KvCache {
   int64_t layers_, kv_dim_;
   std::vector<std::vector<float>> k_, v_;
   std::vector<int64_t> cap_, len_;
+  std::vector<int> free_;
 };
 
 // A batch of tokens: token i belongs to cache slot slot[i] at position
@@ -101,8 +103,11 @@ struct TokenBatch {
 };
 
 // Runs the model on the batch, appending each token's keys and values to
-// the cache, and writes logits[n, vocab]. Every row's logits are bitwise
-// independent of the other rows of the call and of the thread count.
-void forward(const Model& model, KvCache& cache, const TokenBatch& batch, float* logits, const Exec& exec = {});
+// the cache, and writes logits[n, vocab] — or, when `rows` is given, only the
+// logits of those batch rows, logits[rows.size(), vocab]. Every row's logits
+// are bitwise independent of the other rows of the call, of which rows are
+// asked for, and of the thread count.
+void forward(const Model& model, KvCache& cache, const TokenBatch& batch, float* logits, const Exec& exec = {},
+             const std::vector<int64_t>* rows = nullptr);
 
 }  // namespace mxrl
