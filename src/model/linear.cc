@@ -57,6 +57,41 @@ PreparedLinear PreparedLinear::prepare(const std::string& name, const float* w, 
   return L;
 }
 
+PreparedLinear PreparedLinear::payload() const {
+  PreparedLinear p;
+  p.name = name;
+  p.prec = prec;
+  p.n = n;
+  p.k = k;
+  p.f32 = f32;
+  p.bf16 = bf16;
+  p.codes = codes;
+  p.mx_scales = mx_scales;
+  p.fp8_scales = fp8_scales;
+  return p;
+}
+
+void PreparedLinear::validate_and_pack(const Exec& exec) {
+  auto expect = [&](const char* part, size_t got, size_t want) {
+    if (got != want) fail("{}: {} holds {} values, {} as {} [{}, {}] needs {}", name, part, got, name, prec.str(), n, k, want);
+  };
+  const size_t nk = static_cast<size_t>(n * k);
+  expect("f32", f32.size(), prec.precision == Precision::FP32 ? nk : 0);
+  expect("bf16", bf16.size(), prec.precision == Precision::BF16 ? nk : 0);
+  const bool coded = prec.precision == Precision::MXFP8 || prec.precision == Precision::FP8Tensor ||
+                     prec.precision == Precision::FP8Block128;
+  expect("codes", codes.size(), coded ? nk : 0);
+  if (prec.precision == Precision::MXFP8 && k % kMxBlock != 0)
+    fail("{}: in features ({}) must be a multiple of {} for {}", name, k, kMxBlock, prec.str());
+  expect("mx_scales", mx_scales.size(),
+         prec.precision == Precision::MXFP8 ? static_cast<size_t>(mx_num_scales(n, k, Axis::Row)) : 0);
+  expect("fp8_scales", fp8_scales.size(),
+         coded && prec.precision != Precision::MXFP8
+             ? static_cast<size_t>(fp8_num_scales(n, k, weight_grid(prec.precision, n, k)))
+             : 0);
+  packed = PackedWeight::pack(view(), exec);  // also rejects codes outside the element width
+}
+
 WeightView PreparedLinear::view() const {
   WeightView v;
   v.n = n;

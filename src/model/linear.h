@@ -32,6 +32,10 @@ struct PreparedLinear {
   static PreparedLinear prepare(const std::string& name, const float* w, int64_t n, int64_t k,
                                 const LinearPrecision& prec, const Exec& exec);
   WeightView view() const;
+  // The same forward weights, unpacked (what a sync ships).
+  PreparedLinear payload() const;
+  // Checks the payload against (n, k, precision) and packs it; throws naming the tensor.
+  void validate_and_pack(const Exec& exec);
 
   // y[m, n] = quantize_activations(x[m, k]) * W^T. scratch holds m*k floats.
   void forward(const float* x, int64_t m, float* y, std::vector<float>& scratch, const Exec& exec) const;

@@ -10,6 +10,63 @@
 namespace mxrl {
 
 Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
+    : Model(params, std::move(plan),
+            [&](int i, const ParamInfo& p, const LinearPrecision& prec) {
+              return PreparedLinear::prepare(p.name, params.data(i), p.shape[0], p.shape[1], prec, exec);
+            },
+            [&](int i, const ParamInfo& p, float* dst) {
+              const float* src = params.data(i);
+              const bool bf16 = plan_.bf16_embeddings;
+              for (int64_t j = 0; j < p.numel; ++j) dst[j] = bf16 ? bf16_to_f32(f32_to_bf16(src[j])) : src[j];
+            }) {}
+
+Model Model::from_shipment(const ModelConfig& cfg, PrecisionPlan plan, const WeightShipment& s, const Exec& exec) {
+  const ParamTable layout(cfg, /*allocate=*/false);
+  size_t used_linears = 0, used_copies = 0;
+  Model m(layout, std::move(plan),
+          [&](int, const ParamInfo& p, const LinearPrecision& prec) {
+            auto it = s.linears.find(p.name);
+            if (it == s.linears.end()) fail("shipment: missing linear '{}'", p.name);
+            const PreparedLinear& got = it->second;
+            if (got.prec != prec)
+              fail("shipment: '{}' arrived as {}, the plan computes it as {}", p.name, got.prec.str(), prec.str());
+            if (got.n != p.shape[0] || got.k != p.shape[1])
+              fail("shipment: '{}' arrived as [{}, {}], the model needs [{}, {}]", p.name, got.n, got.k, p.shape[0],
+                   p.shape[1]);
+            PreparedLinear L = got.payload();
+            L.name = p.name;
+            L.validate_and_pack(exec);
+            ++used_linears;
+            return L;
+          },
+          [&](int, const ParamInfo& p, float* dst) {
+            auto it = s.copies.find(p.name);
+            if (it == s.copies.end()) fail("shipment: missing tensor '{}'", p.name);
+            if (static_cast<int64_t>(it->second.size()) != p.numel)
+              fail("shipment: '{}' holds {} values, the model needs {}", p.name, it->second.size(), p.numel);
+            std::memcpy(dst, it->second.data(), p.numel * sizeof(float));
+            ++used_copies;
+          });
+  if (used_linears != s.linears.size() || used_copies != s.copies.size()) {
+    for (const auto& [name, l] : s.linears)
+      if (!layout.find(name) || (layout.find(name)->role != ParamRole::Linear && !(cfg.tie_word_embeddings && name == layout.entries()[layout.embed()].name)))
+        fail("shipment: unexpected linear '{}'", name);
+    for (const auto& [name, c] : s.copies)
+      if (!layout.find(name) || layout.find(name)->role == ParamRole::Linear) fail("shipment: unexpected tensor '{}'", name);
+    fail("shipment: {} linears and {} tensors shipped, {} and {} used", s.linears.size(), s.copies.size(),
+         used_linears, used_copies);
+  }
+  return m;
+}
+
+WeightShipment Model::ship() const {
+  WeightShipment s;
+  for (const PreparedLinear* l : linears()) s.linears.emplace(l->name, l->payload());
+  for (const NamedBuffer& b : compute_copies()) s.copies.emplace(b.name, std::vector<float>(b.data, b.data + b.numel));
+  return s;
+}
+
+Model::Model(const ParamTable& params, PrecisionPlan plan, const LinearSource& linear, const CopySource& copy)
     : cfg_(params.config()), plan_(std::move(plan)) {
   // Compute copies of the non-linear parameters (embeddings, norms).
   std::vector<int64_t> off(params.entries().size(), -1);
@@ -18,22 +75,17 @@ Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
     if (params.entries()[i].role != ParamRole::Linear) off[i] = total, total += params.entries()[i].numel;
   compute_.resize(total);
   for (size_t i = 0; i < params.entries().size(); ++i) {
-    if (off[i] < 0) continue;
-    const float* src = params.data(static_cast<int>(i));
-    float* dst = compute_.data() + off[i];
-    for (int64_t j = 0; j < params.entries()[i].numel; ++j)
-      dst[j] = plan_.bf16_embeddings ? bf16_to_f32(f32_to_bf16(src[j])) : src[j];
-  }
-  for (size_t i = 0; i < params.entries().size(); ++i) {
     const ParamInfo& p = params.entries()[i];
     param_names_.push_back(p.name);
-    if (off[i] >= 0) copies_.push_back({p.name, off[i], p.numel, p.shape});
+    if (off[i] < 0) continue;
+    copy(static_cast<int>(i), p, compute_.data() + off[i]);
+    copies_.push_back({p.name, off[i], p.numel, p.shape});
   }
   embed_off_ = off[params.embed()];
   final_norm_off_ = off[params.final_norm()];
   auto lin = [&](int i) {
     const ParamInfo& p = params.entries()[i];
-    return PreparedLinear::prepare(p.name, params.data(i), p.shape[0], p.shape[1], plan_.for_param(p), exec);
+    return linear(i, p, plan_.for_param(p));
   };
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerIndex& li = params.layer(l);
@@ -57,9 +109,7 @@ Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
     layers_.push_back(std::move(L));
   }
   // The logits weight: lm_head, or the embedding when tied (under lm_head's precision).
-  const ParamInfo& head = params.entries()[params.lm_head()];
-  lm_head_ = PreparedLinear::prepare(head.name, params.data(params.lm_head()), head.shape[0], head.shape[1],
-                                     plan_.lm_head, exec);
+  lm_head_ = linear(params.lm_head(), params.entries()[params.lm_head()], plan_.lm_head);
   rope_ = RopeTable::make(cfg_.head_dim, cfg_.rope_theta);
 }
 

@@ -3,6 +3,9 @@
 // sharing is what makes their log-probs agree bit for bit.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
 #include <string>
 #include <vector>
 
@@ -30,10 +33,28 @@ struct NamedBuffer {
   std::vector<int64_t> shape;
 };
 
+// What a model computes with, in shippable form: every linear's forward
+// weights as held (MX codes + E8M0 scales, FP8 codes + scales, BF16 bits or
+// FP32; unpacked), and every compute copy (embeddings, norms) as the FP32
+// values used. Keys are checkpoint tensor names; a tied lm_head is the linear
+// named model.embed_tokens.weight (the embedding's compute copy sits beside it).
+struct WeightShipment {
+  std::map<std::string, PreparedLinear> linears;
+  std::map<std::string, std::vector<float>> copies;
+};
+
 class Model {
  public:
   // Prepares every weight from the FP32 masters under `plan`.
   Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec = {});
+  // Takes shipped forward weights as they are (no re-quantization): each
+  // tensor must be present exactly once, with the precision `plan` gives it
+  // and the right sizes, and nothing else may be shipped; throws naming the
+  // tensor otherwise.
+  static Model from_shipment(const ModelConfig& cfg, PrecisionPlan plan, const WeightShipment& s,
+                             const Exec& exec = {});
+  // The inverse: this model's weights as a shipment.
+  WeightShipment ship() const;
 
   const ModelConfig& config() const { return cfg_; }
   const PrecisionPlan& plan() const { return plan_; }
@@ -50,6 +71,11 @@ class Model {
   const std::vector<std::string>& param_names() const { return param_names_; }
 
  private:
+  using LinearSource = std::function<PreparedLinear(int index, const ParamInfo& p, const LinearPrecision& prec)>;
+  using CopySource = std::function<void(int index, const ParamInfo& p, float* dst)>;
+  // The one builder: layout from `table` (storage not used), weights from the sources.
+  Model(const ParamTable& table, PrecisionPlan plan, const LinearSource& linear, const CopySource& copy);
+
   ModelConfig cfg_;
   PrecisionPlan plan_;
   std::vector<float> compute_;  // compute copies of embeddings and norms (FP32 or BF16-rounded)

@@ -19,7 +19,7 @@ int ParamTable::add(std::string name, std::vector<int64_t> shape, ParamRole role
   return static_cast<int>(entries_.size()) - 1;
 }
 
-ParamTable::ParamTable(const ModelConfig& c) : cfg_(c) {
+ParamTable::ParamTable(const ModelConfig& c, bool allocate) : cfg_(c) {
   const int64_t H = c.hidden_size;
   embed_ = add("model.embed_tokens.weight", {c.vocab_size, H}, ParamRole::Embedding, LinearKind::Q, -1, -1);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -57,7 +57,7 @@ ParamTable::ParamTable(const ModelConfig& c) : cfg_(c) {
   lm_head_ = c.tie_word_embeddings
                  ? embed_
                  : add("lm_head.weight", {c.vocab_size, H}, ParamRole::Linear, LinearKind::LmHead, -1, -1);
-  storage_.assign(entries_.back().offset + entries_.back().numel, 0.0f);
+  if (allocate) storage_.assign(entries_.back().offset + entries_.back().numel, 0.0f);
 }
 
 const ParamInfo* ParamTable::find(std::string_view name) const {

@@ -38,7 +38,9 @@ struct LayerIndex {
 
 class ParamTable {
  public:
-  explicit ParamTable(const ModelConfig& cfg);
+  // allocate = false builds only the layout (names, shapes, indices): data()
+  // must not be used then.
+  explicit ParamTable(const ModelConfig& cfg, bool allocate = true);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& entries() const { return entries_; }

@@ -62,6 +62,11 @@ void Engine::stage(const ParamTable& params, const PrecisionPlan& plan, uint64_t
   stage(std::move(next), version);
 }
 
+void Engine::stage(const WeightShipment& shipment, uint64_t version) {
+  auto next = std::make_shared<const Model>(Model::from_shipment(model_->config(), model_->plan(), shipment, exec_));
+  stage(std::move(next), version);
+}
+
 void Engine::maybe_swap() {
   if (!staged_ || !running_.empty()) return;
   model_ = std::move(staged_);

@@ -75,6 +75,11 @@ class Engine {
   // Builds the sampler's own model from high-precision weights under `plan`
   // and stages it; if building throws, nothing changes (and it rethrows).
   void stage(const ParamTable& params, const PrecisionPlan& plan, uint64_t version);
+  // Stages the learner's forward weights exactly as shipped (MX codes and
+  // scales byte for byte, no re-quantization) under the current plan; a
+  // shipment that does not fit (missing, extra, wrong precision or size)
+  // throws and changes nothing.
+  void stage(const WeightShipment& shipment, uint64_t version);
 
   uint64_t version() const { return version_; }
   uint64_t cache_epoch() const { return epoch_; }

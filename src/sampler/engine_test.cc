@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "model/digest.h"
 #include "model/init.h"
 #include "model/score.h"
 #include "model/test_models.h"
@@ -204,6 +205,41 @@ TEST(Engine, UpdatesSwapAtomicallyBetweenSamples) {
   }
   EXPECT_EQ(e.version(), 2u);
   EXPECT_EQ(e.cache_epoch(), 1u);
+}
+
+
+TEST(Engine, ShippedWeightsAreUsedByteForByte) {
+  for (bool moe : {false, true}) {
+    ParamTable v1(small_test_config(moe)), v2(small_test_config(moe));
+    init_params(v1, 1, 0.2f);
+    init_params(v2, 2, 0.2f);
+    const PrecisionPlan plan = PrecisionPlan::named("mxfp8");
+    const Model learner(v2, plan);  // the learner's forward weights for version 2
+    Engine e(std::make_shared<const Model>(v1, plan), 1);
+    // Faulty shipments throw and leave version 1 serving.
+    WeightShipment missing = learner.ship();
+    missing.linears.erase(missing.linears.begin());
+    EXPECT_THROW(e.stage(missing, 2), Error);
+    WeightShipment regrid = learner.ship();
+    regrid.linears.begin()->second.prec.rule = ScaleRule::Floor;
+    EXPECT_THROW(e.stage(regrid, 2), Error);
+    WeightShipment extra = learner.ship();
+    extra.copies["model.layers.99.input_layernorm.weight"] = {1.0f};
+    EXPECT_THROW(e.stage(extra, 2), Error);
+    EXPECT_FALSE(e.update_pending());
+    e.stage(learner.ship(), 2);
+    GenerationRequest r;
+    r.prompt = {9, 8, 7};
+    r.max_new_tokens = 5;
+    e.submit(r);
+    const Samples out = e.run();
+    EXPECT_EQ(e.version(), 2u);
+    EXPECT_TRUE(compare_digests(model_digests(learner), model_digests(e.model())).empty());
+    ScoreRequest sr{r.prompt, 3};
+    sr.tokens.insert(sr.tokens.end(), out[0].tokens.begin(), out[0].tokens.end());
+    const auto lp = score_sequences(learner, {sr})[0];
+    for (size_t t = 0; t < lp.size(); ++t) EXPECT_EQ(f32_bits(lp[t]), f32_bits(out[0].logprobs[t]));
+  }
 }
 
 }  // namespace
