@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "numerics/formats.h"
+#include "numerics/fp8_grid.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -181,6 +182,20 @@ void per_token(const Exec& exec, int64_t n, F&& f) {
   });
 }
 
+// One token's keys or values [kv_heads, hd] into the cache, on the FP8 E4M3
+// grid with one scale per head when the plan asks for an FP8 cache.
+void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8) {
+  if (!fp8) {
+    std::memcpy(dst, src, kv_heads * hd * sizeof(float));
+    return;
+  }
+  std::vector<uint8_t> codes(kv_heads * hd);
+  std::vector<float> scales(kv_heads);
+  const Fp8Grid g = Fp8Grid::per_token(hd);  // a row per head
+  fp8_quantize(src, InType::F32, kv_heads, hd, g, ElemType::E4M3, codes.data(), scales.data());
+  fp8_dequantize(codes.data(), scales.data(), kv_heads, hd, g, ElemType::E4M3, dst);
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
 }
@@ -262,8 +277,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       rmsnorm_forward(ki, ki, L.k_norm, nkv, hd, eps);
       rope_forward(qi, nq, b.pos[i], model.rope());
       rope_forward(ki, nkv, b.pos[i], model.rope());
-      std::memcpy(cache.k(b.slot[i], l, b.pos[i]), ki, c.kv_dim() * sizeof(float));
-      std::memcpy(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], c.kv_dim() * sizeof(float));
+      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, model.plan().fp8_kv_cache);
+      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, model.plan().fp8_kv_cache);
     });
     per_token(exec, n, [&](int64_t i) {
       std::vector<float> scores(b.pos[i] + 1);

@@ -55,7 +55,7 @@ TEST_P(BatchInvariance, LogprobsDoNotDependOnBatchingDecodeOrThreads) {
   const auto [moe, plan] = GetParam();
   ParamTable params(small_test_config(moe));
   init_params(params, 7, 0.2f);
-  const Model model(params, PrecisionPlan::named(plan));
+  const Model model(params, PrecisionPlan::resolve(plan));
   const auto reqs = random_requests(6, params.config().vocab_size, 11);
   const auto together = score_sequences(model, reqs);
   // Each sequence alone.
@@ -81,11 +81,11 @@ TEST_P(BatchInvariance, LogprobsDoNotDependOnBatchingDecodeOrThreads) {
 INSTANTIATE_TEST_SUITE_P(
     Plans, BatchInvariance,
     ::testing::Combine(::testing::Bool(), ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8-floor",
-                                                            "fp8-block128", "fp8-tensor")),
+                                                            "fp8-block128", "fp8-tensor", "mxfp8+fp8kv")),
     [](const auto& info) {
       std::string n = std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
       for (char& ch : n)
-        if (ch == '-') ch = '_';
+        if (ch == '-' || ch == '+') ch = '_';
       return n;
     });
 
@@ -95,8 +95,8 @@ TEST(Model, PlansChangeResultsButStayClose) {
   const auto reqs = random_requests(3, params.config().vocab_size, 5);
   const auto f32 = score_sequences(Model(params, PrecisionPlan::named("fp32")), reqs);
   std::map<std::string, double> mean_diff;
-  for (const char* plan : {"bf16", "mxfp8", "fp8-block128"}) {
-    const auto q = score_sequences(Model(params, PrecisionPlan::named(plan)), reqs);
+  for (const char* plan : {"bf16", "mxfp8", "fp8-block128", "mxfp8+fp8kv"}) {
+    const auto q = score_sequences(Model(params, PrecisionPlan::resolve(plan)), reqs);
     double sum = 0;
     int64_t n = 0;
     for (size_t i = 0; i < f32.size(); ++i)
@@ -108,6 +108,7 @@ TEST(Model, PlansChangeResultsButStayClose) {
   }
   // 3 mantissa bits lose more than 8.
   EXPECT_LT(mean_diff["bf16"], mean_diff["mxfp8"]);
+  EXPECT_NE(mean_diff["mxfp8+fp8kv"], mean_diff["mxfp8"]);  // the FP8 cache is not a no-op
 }
 
 TEST(Model, MxfpPlanNeedsKMultipleOf32) {

@@ -120,7 +120,7 @@ PrecisionPlan PrecisionPlan::load_toml(const std::string& path) {
   } catch (const toml::parse_error& e) {
     fail("{}: invalid TOML at line {}: {}", path, e.source().begin.line, e.description());
   }
-  static const char* known[] = {"name", "default", "elem", "scale_rule", "router", "lm_head", "embeddings", "override"};
+  static const char* known[] = {"name", "default", "elem", "scale_rule", "router", "lm_head", "embeddings", "kv_cache", "override"};
   for (const auto& kv : t) {
     const std::string_view key = kv.first.str();
     if (std::find(std::begin(known), std::end(known), key) == std::end(known))
@@ -136,6 +136,9 @@ PrecisionPlan PrecisionPlan::load_toml(const std::string& path) {
   const std::string emb = t["embeddings"].value_or(std::string(side.precision == Precision::FP32 ? "fp32" : "bf16"));
   if (emb != "fp32" && emb != "bf16") fail("{}: embeddings must be fp32 or bf16, not '{}'", path, emb);
   p.bf16_embeddings = emb == "bf16";
+  const std::string kv = t["kv_cache"].value_or(std::string("fp32"));
+  if (kv != "fp32" && kv != "fp8") fail("{}: kv_cache must be fp32 or fp8, not '{}'", path, kv);
+  p.fp8_kv_cache = kv == "fp8";
   if (t.contains("override")) {
     const toml::array* arr = t["override"].as_array();
     if (!arr) fail("{}: 'override' must be an array of tables ([[override]])", path);
@@ -166,6 +169,13 @@ PrecisionPlan PrecisionPlan::load_toml(const std::string& path) {
 
 PrecisionPlan PrecisionPlan::resolve(const std::string& s) {
   if (s.size() > 5 && s.substr(s.size() - 5) == ".toml") return load_toml(s);
+  const std::string suffix = "+fp8kv";
+  if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    PrecisionPlan p = named(s.substr(0, s.size() - suffix.size()));
+    p.name = s;
+    p.fp8_kv_cache = true;
+    return p;
+  }
   return named(s);
 }
 

@@ -11,6 +11,7 @@
 //   mxfp8-floor   as mxfp8 with the floor scale rule
 //   fp8-block128  decoder linears FP8 E4M3 128x128 weight tiles, 1x128 activations
 //   fp8-tensor    decoder linears FP8 E4M3 per-tensor weights, per-token activations
+// Any named plan takes the suffix "+fp8kv" for an FP8 KV cache (mxfp8+fp8kv).
 // In every plan but fp32, embeddings and norm weights are their BF16 compute
 // copies and activations stay FP32 between operations.
 //
@@ -22,6 +23,7 @@
 //   router = "bf16"              # default: bf16 (fp32 when default = "fp32")
 //   lm_head = "bf16"             # default: bf16 (fp32 when default = "fp32")
 //   embeddings = "bf16"          # bf16 or fp32: also norm weights
+//   kv_cache = "fp8"             # fp8 (E4M3, per-head scales) or fp32 (default)
 //   [[override]]                 # any number, applied in order
 //   layers = [0, 2]              # optional (default: all decoder layers)
 //   linears = ["q", "k", "gate"] # optional (default: all decoder linears)
@@ -61,6 +63,10 @@ struct PrecisionPlan {
   LinearPrecision router{Precision::BF16};
   LinearPrecision lm_head{Precision::BF16};
   bool bf16_embeddings = true;       // embeddings and norm weights as BF16 compute copies
+  // KV cache on the FP8 E4M3 grid: each token's keys and values quantized per
+  // KV head (scale = amax / 448) when written. Emulated: the cache holds the
+  // dequantized FP32 values, so the numerics are an FP8 cache's, not the memory.
+  bool fp8_kv_cache = false;
   std::vector<PlanOverride> overrides;
 
   // The precision of one linear (layer -1 / expert -1 where not applicable).

@@ -28,7 +28,13 @@ TEST(Plan, NamedPlans) {
   EXPECT_FALSE(f.bf16_embeddings);
   EXPECT_EQ(PrecisionPlan::named("fp8-block128").decoder.precision, Precision::FP8Block128);
   EXPECT_EQ(PrecisionPlan::named("fp8-tensor").decoder.precision, Precision::FP8Tensor);
-  for (const auto& n : PrecisionPlan::names()) EXPECT_EQ(PrecisionPlan::named(n).name, n);
+  for (const auto& n : PrecisionPlan::names()) {
+    EXPECT_EQ(PrecisionPlan::named(n).name, n);
+    EXPECT_FALSE(PrecisionPlan::named(n).fp8_kv_cache);
+    const auto kv = PrecisionPlan::resolve(n + "+fp8kv");
+    EXPECT_TRUE(kv.fp8_kv_cache);
+    EXPECT_EQ(kv.decoder, PrecisionPlan::named(n).decoder);
+  }
   try {
     PrecisionPlan::named("int4");
     FAIL();
@@ -60,6 +66,7 @@ TEST_F(PlanToml, OverridesApplyInOrder) {
   const auto p = PrecisionPlan::resolve(write(R"(
 name = "mixed"
 default = "mxfp8"
+kv_cache = "fp8"
 scale_rule = "floor"
 lm_head = "fp32"
 [[override]]
@@ -76,6 +83,7 @@ experts = [1]
 precision = "fp8-block128"
 )"));
   EXPECT_EQ(p.name, "mixed");
+  EXPECT_TRUE(p.fp8_kv_cache);
   EXPECT_EQ(p.for_linear(LinearKind::K, 0, -1).precision, Precision::BF16);
   EXPECT_EQ(p.for_linear(LinearKind::Q, 0, -1), (LinearPrecision{Precision::MXFP8, ElemType::E5M2, ScaleRule::Floor}));
   EXPECT_EQ(p.for_linear(LinearKind::K, 1, -1), (LinearPrecision{Precision::MXFP8, ElemType::E4M3, ScaleRule::Floor}));

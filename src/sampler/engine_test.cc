@@ -68,7 +68,7 @@ TEST_P(EngineAgreement, LogprobsEqualScoreAndIgnoreBatching) {
   const auto [moe, plan] = GetParam();
   ParamTable params(small_test_config(moe));
   init_params(params, 5, 0.2f);
-  auto model = std::make_shared<const Model>(params, PrecisionPlan::named(plan));
+  auto model = std::make_shared<const Model>(params, PrecisionPlan::resolve(plan));
   const auto reqs = requests(params.config().vocab_size, 3);
   const Samples all = generate(model, reqs);
   size_t expected = 0;
@@ -96,11 +96,11 @@ TEST_P(EngineAgreement, LogprobsEqualScoreAndIgnoreBatching) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, EngineAgreement,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half")),
+                         ::testing::Combine(::testing::Bool(), ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8+fp8kv")),
                          [](const auto& info) {
                            std::string n = std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
                            for (char& ch : n)
-                             if (ch == '-') ch = '_';
+                             if (ch == '-' || ch == '+') ch = '_';
                            return n;
                          });
 
