@@ -113,6 +113,7 @@ void add_bench_commands(CLI::App& app) {
   q->callback([args] { bench_quantize(*args); });
   add_bench_gemm(bench);
   add_bench_forward(bench);
+  add_bench_decode(bench);
 }
 
 }  // namespace mxrl::cli

@@ -8,10 +8,12 @@ void add_quantize_commands(CLI::App& app);  // quantize, dequantize
 void add_bench_commands(CLI::App& app);     // bench quantize
 void add_bench_gemm(CLI::App* bench);     // bench gemm (bench_gemm.cc)
 void add_bench_forward(CLI::App* bench);  // bench forward (bench_forward.cc)
+void add_bench_decode(CLI::App* bench);   // bench decode (bench_decode.cc)
 void add_demo_command(CLI::App& app);       // demo (the main job for now)
 void add_score_command(CLI::App& app);      // score
 void add_init_command(CLI::App& app);       // init
 void add_tokenize_command(CLI::App& app);   // tokenize
+void add_generate_command(CLI::App& app);   // generate
 
 // --threads N (0 = all cores), shared by commands that compute.
 inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {

@@ -1,0 +1,387 @@
+// mxrl bench decode: prefill and decode tokens/s of a random model shaped
+// like a preset or like Qwen3-0.6B, under several plans and batch sizes, with
+// the memory bandwidth decode achieves beside a memcpy measured in the same
+// run on the same threads. The first plan is the baseline for ratios.
+//
+// Prefill: B prompts of --prompt-len tokens in one forward call, logits for
+// the last row of each sequence only. Decode: --steps forward calls of one
+// token per sequence (the KV cache reserved beforehand, so no step grows it);
+// the step time is the median, tokens/s = B / step time. The plans' models
+// are all prepared first and measured interleaved (prefill repetition by
+// repetition, decode step by step), so that other load on the machine falls
+// on them alike.
+//
+// Bytes read per decode step: the packed weights of every linear the step
+// runs (for MoE layers, the expected number of distinct experts B tokens
+// route to under uniform routing, E (1 - (1 - k/E)^B)) plus the keys and
+// values attention reads (FP32). The references, measured before and after
+// (the better kept): memcpy GB/s counts the bytes copied (each read once and
+// written once), read GB/s a read-only pass over the same buffer.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "model/init.h"
+#include "model/model.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+struct DecodeArgs {
+  std::string shape = "tiny-dense";
+  std::vector<std::string> plans = {"bf16", "mxfp8"};
+  std::vector<int64_t> batches = {1, 32};
+  int64_t prompt_len = 128, steps = 32, prefill_reps = 3;
+  int threads = 0;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+ModelConfig qwen3_06b_config() {
+  ModelConfig c;
+  c.model_type = "qwen3";
+  c.vocab_size = 151936;
+  c.hidden_size = 1024;
+  c.intermediate_size = 3072;
+  c.num_hidden_layers = 28;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 40960;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = true;
+  c.torch_dtype = "bfloat16";
+  c.bos_token_id = 151643;
+  c.eos_token_id = 151645;
+  c.validate("qwen3-0.6b");
+  return c;
+}
+
+ModelConfig shape_config(const std::string& shape) {
+  if (shape == "qwen3-0.6b") return qwen3_06b_config();
+  return preset_config(shape, 86);  // the built-in character tokenizer's vocabulary, as bench forward
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// A cheap deterministic stand-in for init_params (normal draws are slow at
+// 0.6B): uniform values of the same standard deviation, from a hash of the
+// storage index; norm weights 1, output projections scaled as init_params does.
+void fill_params(ParamTable& params, ThreadPool& pool, float std = 0.02f) {
+  const float out_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(params.config().num_hidden_layers));
+  for (size_t i = 0; i < params.entries().size(); ++i) {
+    const ParamInfo& p = params.entries()[i];
+    float* w = params.data(static_cast<int>(i));
+    if (p.role == ParamRole::Norm) {
+      std::fill(w, w + p.numel, 1.0f);
+      continue;
+    }
+    const bool out_proj = p.role == ParamRole::Linear && (p.linear == LinearKind::O || p.linear == LinearKind::Down);
+    const float a = (out_proj ? std * out_scale : std) * std::sqrt(3.0f);  // U(-a, a) has std a / sqrt(3)
+    const uint64_t base = static_cast<uint64_t>(p.offset);
+    pool.parallel_for(p.numel, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        const double u = static_cast<double>(splitmix64(base + j) >> 11) * 0x1.0p-53;  // [0, 1)
+        w[j] = static_cast<float>((2.0 * u - 1.0) * a);
+      }
+    }, 1 << 16);
+  }
+}
+
+// Packed weight bytes of every linear, and those one decode step of `batch`
+// tokens reads (MoE experts: the expected number of distinct experts).
+struct WeightBytes {
+  double total = 0, per_step = 0;
+};
+WeightBytes weight_bytes(const Model& model, int64_t batch) {
+  const ModelConfig& c = model.config();
+  WeightBytes w;
+  for (const PreparedLinear* l : model.linears()) w.total += static_cast<double>(l->packed.bytes());
+  const double E = static_cast<double>(c.num_experts), K = static_cast<double>(c.num_experts_per_tok);
+  const double active = c.is_moe() ? E * (1.0 - std::pow(1.0 - K / E, static_cast<double>(batch))) : 0.0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const PreparedLayer& L = model.layer(i);
+    double b = 0;
+    for (const PreparedLinear* l : {&L.q, &L.k, &L.v, &L.o}) b += static_cast<double>(l->packed.bytes());
+    if (L.moe) {
+      b += static_cast<double>(L.router.packed.bytes());
+      double experts = 0;
+      for (size_t e = 0; e < L.expert_gate.size(); ++e)
+        experts += static_cast<double>(L.expert_gate[e].packed.bytes() + L.expert_up[e].packed.bytes() +
+                                       L.expert_down[e].packed.bytes());
+      b += experts / static_cast<double>(L.expert_gate.size()) * active;
+    } else {
+      for (const PreparedLinear* l : {&L.gate, &L.up, &L.down}) b += static_cast<double>(l->packed.bytes());
+    }
+    w.per_step += b;
+  }
+  w.per_step += static_cast<double>(model.lm_head().packed.bytes());
+  return w;
+}
+
+// Reference bandwidths on a buffer well beyond the last-level cache, split
+// over the pool's threads: memcpy (bytes copied per second: each is read once
+// and written once) and a read-only pass (bytes read per second, as decode
+// reads its weights).
+struct Bandwidth {
+  double memcpy_gbps = 0, read_gbps = 0;
+  int64_t bytes = 0;
+};
+Bandwidth measure_bandwidth(ThreadPool& pool) {
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);  // may be the host's whole L3 in a VM
+  if (llc <= 0) llc = 32L << 20;
+  const int64_t bytes = std::clamp<int64_t>(4LL * llc, 256LL << 20, 1LL << 30) / 8 * 8;
+  std::vector<uint64_t> src(bytes / 8, 1), dst(bytes / 8, 0);
+  const double tc = time_median([&] {
+    pool.parallel_for(bytes / 8, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b, src.data() + b, (e - b) * 8);
+    }, 1 << 17);
+  }, 0.3);
+  std::atomic<uint64_t> sum{0};
+  const double tr = time_median([&] {
+    pool.parallel_for(bytes / 8, [&](int64_t b, int64_t e) {
+      const uint64_t* p = src.data();
+      uint64_t s = 0;
+      for (int64_t i = b; i < e; ++i) s += p[i];
+      sum.fetch_add(s, std::memory_order_relaxed);
+    }, 1 << 17);
+  }, 0.3);
+  if (sum.load() == 0) fail("bench decode: read pass lost");  // keeps the sum (and the reads) live
+  return {bytes / tc / 1e9, bytes / tr / 1e9, bytes};
+}
+
+struct Result {
+  std::string plan;
+  int64_t batch = 0;
+  double prefill_s = 0, prefill_tps = 0;
+  double step_s = 0, decode_tps = 0;
+  double weight_bytes_step = 0, kv_bytes_step = 0, gbps = 0;
+  double decode_vs_first = 0, prefill_vs_first = 0;
+};
+
+class Progress {
+ public:
+  Progress() : on_(isatty(2) != 0) {}
+  template <typename... Args>
+  void show(fmt::format_string<Args...> f, Args&&... args) {
+    if (on_) fmt::print(stderr, "\r{:<72}", fmt::format(f, std::forward<Args>(args)...)), std::fflush(stderr);
+  }
+  void clear() {
+    if (on_) fmt::print(stderr, "\r{:<72}\r", ""), std::fflush(stderr);
+  }
+
+ private:
+  bool on_;
+};
+
+double median(std::vector<double> t) {
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+void bench_decode(const DecodeArgs& a) {
+  // Everything that can be refused is refused before the slow parts.
+  const ModelConfig cfg = shape_config(a.shape);
+  std::vector<PrecisionPlan> plans;
+  for (const std::string& p : a.plans) plans.push_back(PrecisionPlan::resolve(p));
+  if (a.prompt_len + a.steps > cfg.max_position_embeddings)
+    fail("bench decode: --prompt-len {} + --steps {} exceeds the {} positions of {}", a.prompt_len, a.steps,
+         cfg.max_position_embeddings, a.shape);
+
+  ThreadPool pool(a.threads);
+  const Exec exec{&pool};
+  Progress progress;
+
+  progress.show("  memory bandwidth");
+  const Bandwidth bw0 = measure_bandwidth(pool);
+
+  progress.show("  init {} (random weights)", a.shape);
+  auto t0 = Clock::now();
+  ParamTable params(cfg);
+  fill_params(params, pool);
+  const double init_s = seconds_since(t0);
+
+  // Every plan's model at once: the plans' measurements are interleaved
+  // (prefill repetition by repetition, decode step by step), so that other
+  // load on the machine falls on all of them alike.
+  const size_t np = plans.size();
+  std::vector<std::unique_ptr<const Model>> models;
+  std::vector<double> prepare_s, weight_total;
+  for (size_t pi = 0; pi < np; ++pi) {
+    progress.show("  {} {}: prepare", a.shape, a.plans[pi]);
+    t0 = Clock::now();
+    models.push_back(std::make_unique<const Model>(params, plans[pi], exec));
+    prepare_s.push_back(seconds_since(t0));
+    weight_total.push_back(weight_bytes(*models.back(), 1).total);
+  }
+
+  std::vector<Result> res(np * a.batches.size());  // [plan][batch]
+  for (size_t bi = 0; bi < a.batches.size(); ++bi) {
+    const int64_t B = a.batches[bi];
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<int> slots(B);
+    for (size_t pi = 0; pi < np; ++pi) {
+      caches.push_back(std::make_unique<KvCache>(cfg));
+      for (auto& s : slots) s = caches.back()->add_sequence(), caches.back()->reserve(s, a.prompt_len + a.steps);
+    }
+    // Random prompts (the same for every plan), the logits of each last row.
+    TokenBatch prefill;
+    std::vector<int64_t> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < a.prompt_len; ++t)
+        prefill.add(static_cast<int32_t>(splitmix64(1000003ull * b + t) % cfg.vocab_size), slots[b], t);
+      rows.push_back(prefill.size() - 1);
+    }
+    std::vector<float> logits(B * cfg.vocab_size);
+    std::vector<std::vector<double>> tp(np), td(np);
+    for (int64_t rep = 0; rep < a.prefill_reps; ++rep)
+      for (size_t pi = 0; pi < np; ++pi) {
+        progress.show("  {} batch {}: prefill {}/{} {}", a.shape, B, rep + 1, a.prefill_reps, a.plans[pi]);
+        for (const int s : slots) caches[pi]->reset(s);
+        const auto s0 = Clock::now();
+        forward(*models[pi], *caches[pi], prefill, logits.data(), exec, &rows);
+        tp[pi].push_back(seconds_since(s0));
+      }
+    // Decode from the last prefill: one token per sequence and step.
+    for (int64_t step = 0; step < a.steps; ++step) {
+      TokenBatch d;
+      for (int64_t b = 0; b < B; ++b)
+        d.add(static_cast<int32_t>(splitmix64(7919ull * (b + 1) + 104729ull * step) % cfg.vocab_size), slots[b],
+              a.prompt_len + step);
+      for (size_t pi = 0; pi < np; ++pi) {
+        progress.show("  {} batch {}: decode step {}/{} {}", a.shape, B, step + 1, a.steps, a.plans[pi]);
+        const auto s0 = Clock::now();
+        forward(*models[pi], *caches[pi], d, logits.data(), exec);
+        td[pi].push_back(seconds_since(s0));
+      }
+    }
+    // Attention at position p reads p + 1 keys and values per layer; the
+    // mean over the steps is p = prompt_len + (steps - 1) / 2.
+    const double positions = static_cast<double>(a.prompt_len) + static_cast<double>(a.steps + 1) / 2.0;
+    const double kv_bytes = static_cast<double>(B) * static_cast<double>(cfg.num_hidden_layers) * 2.0 * positions *
+                            static_cast<double>(cfg.kv_dim()) * sizeof(float);
+    for (size_t pi = 0; pi < np; ++pi) {
+      Result& r = res[pi * a.batches.size() + bi];
+      r.plan = a.plans[pi];
+      r.batch = B;
+      r.prefill_s = median(tp[pi]);
+      r.prefill_tps = static_cast<double>(B * a.prompt_len) / r.prefill_s;
+      r.step_s = median(td[pi]);
+      r.decode_tps = static_cast<double>(B) / r.step_s;
+      r.weight_bytes_step = weight_bytes(*models[pi], B).per_step;
+      r.kv_bytes_step = kv_bytes;
+      r.gbps = (r.weight_bytes_step + r.kv_bytes_step) / r.step_s / 1e9;
+      const Result& f = res[bi];  // the first plan at this batch
+      r.decode_vs_first = r.decode_tps / f.decode_tps;
+      r.prefill_vs_first = r.prefill_tps / f.prefill_tps;
+    }
+  }
+  models.clear();
+  progress.show("  memory bandwidth");
+  const Bandwidth bw1 = measure_bandwidth(pool);
+  progress.clear();
+  // The better of the two measurements (before and after) is the reference.
+  const double memcpy_gbps = std::max(bw0.memcpy_gbps, bw1.memcpy_gbps);
+  const double read_gbps = std::max(bw0.read_gbps, bw1.read_gbps);
+
+  const Result *bf16_1 = nullptr, *mx_1 = nullptr;
+  for (const Result& r : res) {
+    if (r.batch != 1) continue;
+    if (r.plan == "bf16" && !bf16_1) bf16_1 = &r;
+    if (r.plan == "mxfp8" && !mx_1) mx_1 = &r;
+  }
+  auto bytes_step = [](const Result& r) { return r.weight_bytes_step + r.kv_bytes_step; };
+
+  const double MiB = 1 << 20;
+  if (a.json) {
+    nlohmann::json j = {{"bench", "decode"}, {"shape", a.shape}, {"params", params.numel()},
+                        {"init_s", init_s}, {"prompt_len", a.prompt_len}, {"steps", a.steps},
+                        {"prefill_reps", a.prefill_reps}, {"threads", pool.size()},
+                        {"memcpy_gbps", memcpy_gbps}, {"read_gbps", read_gbps}, {"bandwidth_buffer_bytes", bw0.bytes},
+                        {"memcpy_gbps_before_after", {bw0.memcpy_gbps, bw1.memcpy_gbps}},
+                        {"read_gbps_before_after", {bw0.read_gbps, bw1.read_gbps}},
+                        {"baseline", a.plans.front()}, {"plans", nlohmann::json::array()},
+                        {"results", nlohmann::json::array()}};
+    for (size_t pi = 0; pi < np; ++pi)
+      j["plans"].push_back({{"plan", a.plans[pi]}, {"weight_bytes", weight_total[pi]}, {"prepare_s", prepare_s[pi]}});
+    for (const Result& r : res)
+      j["results"].push_back({{"plan", r.plan}, {"batch", r.batch}, {"prefill_s", r.prefill_s},
+                              {"prefill_tokens_per_s", r.prefill_tps}, {"prefill_ratio_to_first", r.prefill_vs_first},
+                              {"decode_step_s", r.step_s}, {"decode_tokens_per_s", r.decode_tps},
+                              {"decode_ratio_to_first", r.decode_vs_first},
+                              {"decode_weight_bytes_per_step", r.weight_bytes_step},
+                              {"decode_kv_bytes_per_step", r.kv_bytes_step}, {"decode_gbps", r.gbps},
+                              {"decode_ratio_to_memcpy", r.gbps / memcpy_gbps},
+                              {"decode_ratio_to_read", r.gbps / read_gbps}});
+    if (bf16_1 && mx_1)
+      j["mxfp8_over_bf16_batch1"] = {{"decode_tokens_per_s", mx_1->decode_tps / bf16_1->decode_tps},
+                                     {"bytes_per_step", bytes_step(*mx_1) / bytes_step(*bf16_1)}};
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("bench decode: {} ({:.1f} M params, random init {:.2f} s), prompt {} tokens, {} decode steps, "
+             "{} thread(s)\n",
+             a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size());
+  fmt::print("memcpy {:.2f} GB/s (bytes copied), read {:.2f} GB/s ({:.0f} MiB buffer, best of before/after)\n",
+             memcpy_gbps, read_gbps, bw0.bytes / MiB);
+  fmt::print("plans interleaved; prefill: median of {}, decode: median step; ratios to {} at the same batch\n",
+             a.prefill_reps, a.plans.front());
+  if (cfg.is_moe())
+    fmt::print("MoE: expert bytes per step counted for E(1-(1-k/E)^B) distinct experts (uniform routing)\n");
+  fmt::print("{:<14} {:>12} {:>10}\n", "plan", "weights MiB", "prepare s");
+  for (size_t pi = 0; pi < np; ++pi)
+    fmt::print("{:<14} {:>12.1f} {:>10.2f}\n", a.plans[pi], weight_total[pi] / MiB, prepare_s[pi]);
+  fmt::print("{:<14} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6}\n", "plan", "batch", "prefill/s",
+             "x 1st", "decode/s", "step ms", "x 1st", "MiB/step", "GB/s", "x mcpy", "x read");
+  for (const Result& r : res)
+    fmt::print("{:<14} {:>5} {:>10.1f} {:>6.2f} {:>9.1f} {:>8.2f} {:>6.2f} {:>9.1f} {:>7.2f} {:>7.2f} {:>6.2f}\n",
+               r.plan, r.batch, r.prefill_tps, r.prefill_vs_first, r.decode_tps, r.step_s * 1e3, r.decode_vs_first,
+               bytes_step(r) / MiB, r.gbps, r.gbps / memcpy_gbps, r.gbps / read_gbps);
+  if (bf16_1 && mx_1)
+    fmt::print("batch 1, mxfp8 / bf16: decode tokens/s {:.2f}x for {:.2f}x the bytes read per step\n",
+               mx_1->decode_tps / bf16_1->decode_tps, bytes_step(*mx_1) / bytes_step(*bf16_1));
+}
+}  // namespace
+
+void add_bench_decode(CLI::App* bench) {
+  auto a = std::make_shared<DecodeArgs>();
+  auto* c = bench->add_subcommand("decode", "Prefill and decode tokens/s, and decode memory bandwidth beside memcpy");
+  c->add_option("--shape", a->shape, "tiny-dense, tiny-moe or qwen3-0.6b (random weights)")
+      ->check(CLI::IsMember({"tiny-dense", "tiny-moe", "qwen3-0.6b"}))->capture_default_str();
+  c->add_option("--plan", a->plans, "Plan (name or .toml), repeatable; the first is the baseline")
+      ->take_all()->capture_default_str();
+  c->add_option("--batch", a->batches, "Sequences per forward call, repeatable")
+      ->take_all()->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
+  c->add_option("--prompt-len", a->prompt_len, "Prompt tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{32768}))->capture_default_str();
+  c->add_option("--steps", a->steps, "Decode steps")->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
+  c->add_option("--prefill-reps", a->prefill_reps, "Prefill repetitions (median)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100}))->capture_default_str();
+  add_threads_option(c, &a->threads);
+  c->add_flag("--json", a->json, "One JSON object on the last line");
+  c->callback([a] { bench_decode(*a); });
+}
+
+}  // namespace mxrl::cli

@@ -1,0 +1,354 @@
+// mxrl generate: samples from a checkpoint under a precision plan, through
+// the rollout engine (sampler/engine.h).
+//
+//   prompts.jsonl: {"prompt": "text"} (tokenized with the checkpoint's
+//                  tokenizer.json) or {"tokens": [ids...]} per line; blank
+//                  lines skipped; other keys ignored.
+//   samples.jsonl: one line per sample, ordered by (prompt index, sample index):
+//                  {"prompt_index": i, "sample_index": j, "tokens": [...],
+//                   "text": "...", "logprobs": [...], "finish_reason": "stop",
+//                   "version": v}
+// Prompt i (its index among the non-blank lines) is request id i, so its
+// samples depend only on (seed, i, its tokens and the parameters), never on
+// the other lines of the file or the thread count. Log-probs are those of
+// `mxrl score` under the same plan (at temperature 1; otherwise of logits / T),
+// printed in the shortest form that round-trips the FP32 value.
+#include <fmt/format.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "cli/commands.h"
+#include "model/checkpoint.h"
+#include "sampler/engine.h"
+#include "tokenizer/tokenizer.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, plan = "mxfp8", prompts, out;
+  int64_t n = 4, max_new_tokens = 64, top_k = 0;
+  float temperature = 1.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::vector<int64_t> stop;
+  bool no_default_stop = false;
+  int64_t kv_budget = EngineOptions{}.kv_budget_tokens;
+};
+
+struct Prompt {
+  int64_t line = 0;  // 1-based line number in the prompts file
+  std::vector<int32_t> tokens;
+};
+
+// Reads and validates every prompt against the model (vocabulary, length);
+// errors name file:line.
+std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const tok::Tokenizer* tk,
+                                 const std::string& model_dir) {
+  using nlohmann::json;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{}: cannot open", path);
+  constexpr const char* kShape = "expected {\"prompt\": \"text\"} or {\"tokens\": [ids...]}";
+  std::vector<Prompt> prompts;
+  std::string line;
+  for (int64_t lineno = 1; std::getline(f, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Prompt p;
+    p.line = lineno;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      fail("{}:{}: not valid JSON: {}", path, lineno, e.what());
+    }
+    if (!j.is_object()) fail("{}:{}: {}", path, lineno, kShape);
+    const bool has_prompt = j.contains("prompt"), has_tokens = j.contains("tokens");
+    if (has_prompt == has_tokens) fail("{}:{}: {}", path, lineno, kShape);
+    if (has_prompt) {
+      if (!j["prompt"].is_string()) fail("{}:{}: \"prompt\" must be a string; {}", path, lineno, kShape);
+      if (!tk)
+        fail("{}:{}: a {{\"prompt\": ...}} line needs a tokenizer, and {} has no tokenizer.json "
+             "(give {{\"tokens\": [ids...]}} instead)",
+             path, lineno, model_dir);
+      try {
+        p.tokens = tk->encode(j["prompt"].get_ref<const std::string&>());
+      } catch (const Error& e) {
+        fail("{}:{}: {}", path, lineno, e.what());
+      }
+    } else {
+      if (!j["tokens"].is_array()) fail("{}:{}: \"tokens\" must be an array of token ids; {}", path, lineno, kShape);
+      p.tokens.reserve(j["tokens"].size());
+      for (const json& v : j["tokens"]) {
+        if (!v.is_number_integer())
+          fail("{}:{}: \"tokens\" holds {}, which is not a token id", path, lineno, v.dump().substr(0, 40));
+        const bool neg = !v.is_number_unsigned() && v.get<int64_t>() < 0;
+        const uint64_t u = neg ? 0 : v.get<uint64_t>();
+        if (neg || u >= static_cast<uint64_t>(cfg.vocab_size))
+          fail("{}:{}: unknown token id {}: outside the model's vocabulary [0, {})", path, lineno, v.dump(),
+               cfg.vocab_size);
+        p.tokens.push_back(static_cast<int32_t>(u));
+      }
+    }
+    if (p.tokens.empty()) fail("{}:{}: empty prompt", path, lineno);
+    for (int32_t t : p.tokens)  // a tokenizer larger than the model's vocabulary
+      if (t < 0 || t >= cfg.vocab_size)
+        fail("{}:{}: token id {} is outside the model's vocabulary [0, {})", path, lineno, t, cfg.vocab_size);
+    const int64_t len = static_cast<int64_t>(p.tokens.size());
+    if (len >= cfg.max_position_embeddings)
+      fail("{}:{}: prompt of {} tokens is too long: max_position_embeddings {} leaves room for at most {}", path,
+           lineno, len, cfg.max_position_embeddings, cfg.max_position_embeddings - 1);
+    prompts.push_back(std::move(p));
+  }
+  if (f.bad()) fail("{}: read error", path);
+  return prompts;
+}
+
+// The text of generated ids. Ids the tokenizer does not know (a model
+// vocabulary padded past the tokenizer's) become U+FFFD.
+std::string decode_text(const tok::Tokenizer& tk, const std::vector<int32_t>& ids) {
+  try {
+    return tk.decode(ids);
+  } catch (const Error&) {
+  }
+  std::string text;
+  std::vector<int32_t> run;
+  auto flush = [&] {
+    if (!run.empty()) text += tk.decode(run);
+    run.clear();
+  };
+  for (int32_t t : ids) {
+    bool known = true;
+    try {
+      tk.decode(std::span<const int32_t>(&t, 1));
+    } catch (const Error&) {
+      known = false;
+    }
+    if (known) {
+      run.push_back(t);
+    } else {
+      flush();
+      text += "\xEF\xBF\xBD";
+    }
+  }
+  flush();
+  return text;
+}
+
+// Progress on stderr when it is a terminal: at most ~10 redraws per second.
+class Progress {
+ public:
+  explicit Progress(int64_t total) : total_(total), tty_(::isatty(2) == 1), t0_(clock::now()), last_(t0_) {}
+  void update(int64_t done, int64_t tokens, bool force = false) {
+    if (!tty_) return;
+    const auto now = clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - t0_).count();
+    constexpr int kWidth = 30;
+    const int fill = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
+    fmt::print(stderr, "\r\033[Kgenerate [{}{}] {}/{} samples, {} tokens, {:.0f} tokens/s", std::string(fill, '#'),
+               std::string(kWidth - fill, '.'), done, total_, tokens, secs > 0 ? tokens / secs : 0.0);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void clear() {
+    if (drawn_) fmt::print(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  int64_t total_;
+  bool tty_, drawn_ = false;
+  clock::time_point t0_, last_;
+};
+
+std::string sample_line(int64_t prompt_index, const GeneratedSample& s, const tok::Tokenizer* tk) {
+  std::string line = fmt::format("{{\"prompt_index\": {}, \"sample_index\": {}, \"tokens\": [", prompt_index, s.index);
+  for (size_t t = 0; t < s.tokens.size(); ++t) line += fmt::format("{}{}", t ? ", " : "", s.tokens[t]);
+  line += "]";
+  if (tk) {
+    const nlohmann::json text = decode_text(*tk, s.tokens);
+    line += ", \"text\": " + text.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  line += ", \"logprobs\": [";
+  for (size_t t = 0; t < s.logprobs.size(); ++t) {
+    if (!std::isfinite(s.logprobs[t]))
+      fail("non-finite log-prob {} in prompt {} sample {}", s.logprobs[t], prompt_index, s.index);
+    line += fmt::format("{}{}", t ? ", " : "", s.logprobs[t]);  // shortest repr: round-trips exactly
+  }
+  line += fmt::format("], \"finish_reason\": \"{}\", \"version\": {}}}\n", finish_reason_name(s.finish), s.version);
+  return line;
+}
+
+void run_generate(const GenerateArgs& a) {
+  SamplingParams sp;
+  sp.temperature = a.temperature;
+  sp.top_p = a.top_p;
+  sp.top_k = a.top_k;
+  sp.validate();
+  PrecisionPlan plan = PrecisionPlan::resolve(a.plan);  // fail fast on a bad plan
+  {
+    const std::filesystem::path parent = std::filesystem::path(a.out).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      fail("{}: the output directory {} does not exist", a.out, parent.string());
+  }
+  const Checkpoint ck = load_checkpoint(a.model);
+  const ModelConfig& cfg = ck.config;
+  std::optional<tok::Tokenizer> tk;
+  if (!ck.tokenizer_json.empty())
+    tk = tok::Tokenizer::from_json(ck.tokenizer_json, (std::filesystem::path(a.model) / "tokenizer.json").string());
+
+  // Stop tokens: the defaults that exist in this model, then --stop.
+  std::vector<int32_t> stop;
+  if (!a.no_default_stop) {
+    if (tk)
+      for (const char* name : {"<|endoftext|>", "<|im_end|>"})
+        if (auto id = tk->token_id(name); id && *id >= 0 && *id < cfg.vocab_size) stop.push_back(*id);
+    if (cfg.eos_token_id >= 0 && cfg.eos_token_id < cfg.vocab_size)
+      stop.push_back(static_cast<int32_t>(cfg.eos_token_id));
+  }
+  for (int64_t id : a.stop) {
+    if (id < 0 || id >= cfg.vocab_size)
+      fail("--stop {}: unknown token id, outside the model's vocabulary [0, {})", id, cfg.vocab_size);
+    stop.push_back(static_cast<int32_t>(id));
+  }
+  std::sort(stop.begin(), stop.end());
+  stop.erase(std::unique(stop.begin(), stop.end()), stop.end());
+
+  const std::vector<Prompt> prompts = read_prompts(a.prompts, cfg, tk ? &*tk : nullptr, a.model);
+
+  ThreadPool pool(a.threads);
+  const Exec exec{&pool};
+  const uint64_t version = 0;  // a checkpoint from disk: the first version
+  EngineOptions eo;
+  eo.kv_budget_tokens = a.kv_budget;
+  eo.max_prefill_tokens = std::max(eo.max_prefill_tokens, cfg.max_position_embeddings);  // any valid prompt fits
+  auto model = std::make_shared<const Model>(ck.params, std::move(plan), exec);
+  Engine engine(model, version, eo, exec);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t len = static_cast<int64_t>(prompts[i].tokens.size());
+    const int64_t need = std::min(len + a.max_new_tokens, cfg.max_position_embeddings);
+    if (need > a.kv_budget)
+      fail("{}:{}: a sample of this prompt ({} tokens) with --max-new-tokens {} needs {} KV cache positions, more "
+           "than --kv-budget {}",
+           a.prompts, prompts[i].line, len, a.max_new_tokens, need, a.kv_budget);
+    GenerationRequest r;
+    r.id = static_cast<int64_t>(i);
+    r.prompt = prompts[i].tokens;
+    r.n = a.n;
+    r.max_new_tokens = a.max_new_tokens;
+    r.sampling = sp;
+    r.stop_tokens = stop;
+    r.seed = a.seed;
+    try {
+      engine.submit(r);
+    } catch (const Error& e) {
+      fail("{}:{}: {}", a.prompts, prompts[i].line, e.what());
+    }
+  }
+
+  const int64_t total = static_cast<int64_t>(prompts.size()) * a.n;
+  std::vector<GeneratedSample> samples;
+  samples.reserve(total);
+  Progress progress(total);
+  int64_t tokens = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  progress.update(0, 0, true);
+  while (!engine.idle()) {
+    std::vector<GeneratedSample> done = engine.step();
+    tokens += engine.running() + static_cast<int64_t>(done.size());  // one token per sample in the step
+    for (auto& s : done) samples.push_back(std::move(s));
+    progress.update(static_cast<int64_t>(samples.size()), tokens);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress.update(static_cast<int64_t>(samples.size()), tokens, true);
+  progress.clear();
+  if (static_cast<int64_t>(samples.size()) != total)
+    fail("internal: the engine returned {} samples, expected {}", samples.size(), total);
+  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& x, const GeneratedSample& y) {
+    return x.request != y.request ? x.request < y.request : x.index < y.index;
+  });
+
+  std::string text;
+  tokens = 0;
+  for (const GeneratedSample& s : samples) {
+    text += sample_line(s.request, s, tk ? &*tk : nullptr);
+    tokens += static_cast<int64_t>(s.tokens.size());
+  }
+  write_file_atomic(a.out, text);
+  fmt::print(stderr,
+             "generated {} samples ({} tokens) for {} prompts under {} in {:.2f} s: {:.0f} tokens/s, {} thread(s), "
+             "version {}\n",
+             samples.size(), tokens, prompts.size(), engine.model().plan().name, secs, secs > 0 ? tokens / secs : 0.0,
+             pool.size(), engine.version());
+}
+
+// A check on a numeric option with a plain message: "must be DESC, got S".
+CLI::Validator number_check(const std::string& desc, bool (*ok)(double)) {
+  return CLI::Validator(
+      [desc, ok](std::string& s) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v) || !ok(v)) return "must be " + desc + ", got " + s;
+        return {};
+      },
+      desc);
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* c = app.add_subcommand("generate", "Sample completions of prompts under a precision plan");
+  c->add_option("--model", a->model, "Checkpoint directory (config.json + safetensors [+ tokenizer.json])")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  c->add_option("--plan", a->plan,
+                "Precision plan: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor, fp8-block128, fp8-tensor, or a .toml file")
+      ->capture_default_str();
+  c->add_option("--prompts", a->prompts, "JSONL input: {\"prompt\": \"text\"} or {\"tokens\": [ids...]} per line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c->add_option("--out", a->out,
+                "JSONL output, one line per sample: prompt_index, sample_index, tokens, text, logprobs, "
+                "finish_reason, version")
+      ->required();
+  c->add_option("--n", a->n, "Samples per prompt")->check(number_check(">= 1", [](double v) { return v >= 1; }))
+      ->capture_default_str();
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens generated per sample")
+      ->check(number_check(">= 1", [](double v) { return v >= 1; }))
+      ->capture_default_str();
+  c->add_option("--temperature", a->temperature, "Sampling temperature (0: greedy)")
+      ->check(number_check(">= 0 (0 is greedy)", [](double v) { return v >= 0 && std::isfinite(v); }))
+      ->capture_default_str();
+  c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1]")
+      ->check(number_check("in (0, 1]", [](double v) { return v > 0 && v <= 1; }))
+      ->capture_default_str();
+  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: off)")
+      ->check(number_check(">= 0 (0 turns it off)", [](double v) { return v >= 0; }))
+      ->capture_default_str();
+  c->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+  add_threads_option(c, &a->threads);
+  c->add_option("--stop", a->stop, "Extra stop token id(s) (a sampled stop token ends the sample and is kept)")
+      ->check(number_check("a token id (>= 0)", [](double v) { return v >= 0; }));
+  c->add_flag("--no-default-stop", a->no_default_stop,
+              "Do not stop on <|endoftext|>, <|im_end|> and the config's eos_token_id");
+  c->add_option("--kv-budget", a->kv_budget, "KV cache positions reserved at once (prompt + max-new-tokens per sample)")
+      ->check(number_check(">= 1", [](double v) { return v >= 1; }))
+      ->capture_default_str();
+  c->callback([a] { run_generate(*a); });
+}
+
+}  // namespace mxrl::cli
