@@ -14,7 +14,8 @@
 // Bytes read per decode step: the packed weights of every linear the step
 // runs (for MoE layers, the expected number of distinct experts B tokens
 // route to under uniform routing, E (1 - (1 - k/E)^B)) plus the keys and
-// values attention reads (FP32). The references, measured before and after
+// values attention reads (FP32: an +fp8kv plan's cache is emulated and holds
+// FP32 values too). The references, measured before and after
 // (the better kept): memcpy GB/s counts the bytes copied (each read once and
 // written once), read GB/s a read-only pass over the same buffer.
 #include <fmt/format.h>

@@ -3,6 +3,8 @@
 // the bench and demo commands.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "cli/cli_test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -25,17 +27,8 @@ namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-struct CmdResult {
-  int rc;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing_cli::CmdResult;
+using testing_cli::slurp;
 
 class Cli : public ::testing::Test {
  protected:
@@ -48,12 +41,7 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  CmdResult run(const std::string& args) {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = std::string(MXRL_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
-    const int status = std::system(cmd.c_str());
-    return {WEXITSTATUS(status), slurp(out), slurp(err)};
-  }
+  CmdResult run(const std::string& args) { return testing_cli::run_mxrl(dir_, args); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // F32 [64, 64], BF16 [2, 3, 32], F16 [32, 96] with a wide spread of magnitudes.

@@ -4,6 +4,8 @@
 // to `mxrl score`'s, as printed; one-line errors that leave no output.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "cli/cli_test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -22,17 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CmdResult {
-  int rc;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing_cli::CmdResult;
+using testing_cli::slurp;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> v;
@@ -71,12 +64,7 @@ class GenerateCmd : public ::testing::Test {
     model_ = (root_ / "tiny-dense").string();
   }
 
-  CmdResult run(const std::string& args) {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = std::string(MXRL_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
-    const int status = std::system(cmd.c_str());
-    return {WEXITSTATUS(status), slurp(out), slurp(err)};
-  }
+  CmdResult run(const std::string& args) { return testing_cli::run_mxrl(dir_, args); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(path(name), std::ios::binary) << text;

@@ -1,6 +1,8 @@
 // `mxrl tokenize`, run as a process: JSON lines in, JSON lines out, errors
 // naming the line, --help.
 #include <gtest/gtest.h>
+
+#include "cli/cli_test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -20,17 +22,8 @@ using nlohmann::json;
 
 const std::string kQwen = MXRL_SHARED_DIR "/data/qwen3-tokenizer";
 
-struct CmdResult {
-  int rc;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing_cli::CmdResult;
+using testing_cli::slurp;
 
 class TokenizeCmd : public ::testing::Test {
  protected:
@@ -45,12 +38,7 @@ class TokenizeCmd : public ::testing::Test {
 
   // Runs `mxrl ARGS` with `input` on stdin.
   CmdResult run(const std::string& args, const std::string& input = "") {
-    const fs::path in = dir_ / "stdin.txt", out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::ofstream(in, std::ios::binary) << input;
-    const std::string cmd =
-        std::string(MXRL_BIN) + " " + args + " <" + in.string() + " >" + out.string() + " 2>" + err.string();
-    const int status = std::system(cmd.c_str());
-    return {WEXITSTATUS(status), slurp(out), slurp(err)};
+    return testing_cli::run_mxrl(dir_, args, input);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
