@@ -56,7 +56,11 @@ void RopeTable::angles(int64_t pos, float* c, float* s) const {
 void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope) {
   std::vector<float> c(rope.inv_freq.size()), s(rope.inv_freq.size());
   rope.angles(pos, c.data(), s.data());
-  ops().rope(x, heads, rope.head_dim, c.data(), s.data());
+  rope_forward(x, heads, rope.head_dim, c.data(), s.data());
+}
+
+void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
+  ops().rope(x, heads, head_dim, cos, sin);
 }
 
 void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) { ops().swiglu(h, gate, up, n); }

@@ -27,6 +27,9 @@ struct RopeTable {
 // x[heads, head_dim] at position pos, rotated in place:
 //   x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin  (x1, x2 the two halves)
 void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope);
+// The same with the angles of the position already computed (RopeTable::angles):
+// cos/sin[head_dim/2], so a token's angles serve every layer, q and k alike.
+void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
 
 // h[n] = silu(gate[n]) * up[n]
 void swiglu_forward(float* h, const float* gate, const float* up, int64_t n);

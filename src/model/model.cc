@@ -262,6 +262,10 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
   std::vector<float> x(n * H), xn(n * H), q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim());
   std::vector<float> att(n * c.q_dim()), y(n * H), scratch;
   embedding_forward(x.data(), b.tokens.data(), n, model.embedding(), H);
+  // RoPE angles once per token, for every layer.
+  const int64_t half = hd / 2;
+  std::vector<float> rope_cos(n * half), rope_sin(n * half);
+  per_token(exec, n, [&](int64_t i) { model.rope().angles(b.pos[i], &rope_cos[i * half], &rope_sin[i * half]); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const PreparedLayer& L = model.layer(l);
@@ -275,8 +279,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       float* ki = &k[i * c.kv_dim()];
       rmsnorm_forward(qi, qi, L.q_norm, nq, hd, eps);
       rmsnorm_forward(ki, ki, L.k_norm, nkv, hd, eps);
-      rope_forward(qi, nq, b.pos[i], model.rope());
-      rope_forward(ki, nkv, b.pos[i], model.rope());
+      rope_forward(qi, nq, hd, &rope_cos[i * half], &rope_sin[i * half]);
+      rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half]);
       write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, model.plan().fp8_kv_cache);
       write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, model.plan().fp8_kv_cache);
     });
