@@ -39,7 +39,9 @@ int64_t Engine::submit(const GenerationRequest& r) {
   requests_.push_back(r);
   requests_.back().id = id;
   for (int64_t i = 0; i < r.n; ++i) {
-    Seq s{sub, i};
+    Seq s;
+    s.request = sub;
+    s.index = i;
     s.reserved = need;
     s.out.request = id;
     s.out.index = i;
