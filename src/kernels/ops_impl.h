@@ -42,26 +42,34 @@ void swiglu_impl(float* h, const float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) h[i] = silu_f(gate[i]) * up[i];
 }
 
+// The attention probabilities of one query head: p[npos] = softmax_j(dot(qh, k_j) * scale)
+// with k_j at kg + j*kv_stride ([hd] each, kg already offset to the head's KV group).
+// Dot products 16 keys side by side (each still a sequential fma in d order), max,
+// exp_f, canonical sum, division. attention_impl and attention_backward both use it.
+void attention_probs_impl(float* p, const float* qh, const float* kg, int64_t npos, int64_t kv_stride, int64_t hd,
+                          float scale) {
+  constexpr int64_t kChunk = 16;  // keys whose dot products run side by side (each still in d order)
+  for (int64_t j0 = 0; j0 < npos; j0 += kChunk) {
+    const int64_t nj = std::min(kChunk, npos - j0);
+    float acc[kChunk] = {};
+    for (int64_t d = 0; d < hd; ++d)
+      for (int64_t j = 0; j < nj; ++j) acc[j] = __builtin_fmaf(qh[d], kg[(j0 + j) * kv_stride + d], acc[j]);
+    for (int64_t j = 0; j < nj; ++j) p[j0 + j] = acc[j] * scale;
+  }
+  float m = -INFINITY;
+  for (int64_t j = 0; j < npos; ++j) m = std::max(m, p[j]);
+  for (int64_t j = 0; j < npos; ++j) p[j] = exp_f(p[j] - m);
+  const float denom = sum_canonical(p, npos);
+  for (int64_t j = 0; j < npos; ++j) p[j] = p[j] / denom;
+}
+
 void attention_impl(float* out, const float* q, const float* k, const float* v, int64_t npos,
                     int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
                     float* scores) {
   const int64_t group = heads / kv_heads;
-  constexpr int64_t kChunk = 16;  // keys whose dot products run side by side (each still in d order)
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / group;
-    const float* qh = q + h * hd;
-    for (int64_t j0 = 0; j0 < npos; j0 += kChunk) {
-      const int64_t nj = std::min(kChunk, npos - j0);
-      float acc[kChunk] = {};
-      for (int64_t d = 0; d < hd; ++d)
-        for (int64_t j = 0; j < nj; ++j) acc[j] = __builtin_fmaf(qh[d], k[(j0 + j) * kv_stride + g * hd + d], acc[j]);
-      for (int64_t j = 0; j < nj; ++j) scores[j0 + j] = acc[j] * scale;
-    }
-    float m = -INFINITY;
-    for (int64_t j = 0; j < npos; ++j) m = std::max(m, scores[j]);
-    for (int64_t j = 0; j < npos; ++j) scores[j] = exp_f(scores[j] - m);
-    const float denom = sum_canonical(scores, npos);
-    for (int64_t j = 0; j < npos; ++j) scores[j] = scores[j] / denom;
+    attention_probs_impl(scores, q + h * hd, k + g * hd, npos, kv_stride, hd, scale);
     float* oh = out + h * hd;
     for (int64_t d = 0; d < hd; ++d) oh[d] = 0.0f;
     for (int64_t j = 0; j < npos; ++j) {
@@ -90,7 +98,8 @@ float logsumexp_impl(const float* x, int64_t n) {
   return m + std::log(lane_tree(acc));
 }
 
-constexpr OpsKernels kOps = {rmsnorm_impl, rope_impl, swiglu_impl, attention_impl, softmax_impl, logsumexp_impl};
+constexpr OpsKernels kOps = {rmsnorm_impl, rope_impl,      swiglu_impl,         attention_impl,
+                             softmax_impl, logsumexp_impl, attention_probs_impl};
 
 }  // namespace
 }  // namespace mxrl::detail

@@ -14,6 +14,10 @@ struct OpsKernels {
                     int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* scores);
   void (*softmax)(float* x, int64_t rows, int64_t n);
   float (*logsumexp)(const float* x, int64_t n);
+  // One head's attention probabilities p[npos] (the part of attention shared with
+  // attention_backward); kg = k + g*hd, the head's KV group.
+  void (*attention_probs)(float* p, const float* qh, const float* kg, int64_t npos, int64_t kv_stride, int64_t hd,
+                          float scale);
 };
 
 extern const OpsKernels kOpsScalar;
