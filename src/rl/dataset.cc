@@ -1,0 +1,104 @@
+#include "rl/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "rl/random.h"
+#include "util/error.h"
+
+namespace mxrl::rl {
+
+namespace {
+
+constexpr uint64_t kDatasetStreamTag = 0x6A736F6E6Cull;  // "jsonl"
+
+// nlohmann's messages start with "[json.exception.parse_error.101] ".
+std::string json_message(const std::exception& e) {
+  std::string s = e.what();
+  if (s.starts_with("[json.exception.")) {
+    const size_t close = s.find("] ");
+    if (close != std::string::npos) s = s.substr(close + 2);
+  }
+  return s;
+}
+
+std::string read_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot read: {}", path, std::strerror(errno));
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const size_t n = std::fread(buf, 1, sizeof buf, f);
+    data.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  const bool bad = std::ferror(f);
+  const int err = errno;
+  std::fclose(f);
+  if (bad) fail("{}: cannot read: {}", path, std::strerror(err));
+  return data;
+}
+
+}  // namespace
+
+std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::string& path) {
+  using nlohmann::json;
+  std::unique_ptr<JsonlTask> t(new JsonlTask());
+  t->path_ = path;
+  std::vector<Problem> items;
+  size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    ++line_no;
+    const size_t nl = std::min(text.find('\n', pos), text.size());
+    const std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    json j;
+    try {
+      j = json::parse(line.begin(), line.end());
+    } catch (const json::exception& e) {
+      fail("{}:{}: invalid JSON: {}", path, line_no, json_message(e));
+    }
+    if (!j.is_object()) fail("{}:{}: not a JSON object ({})", path, line_no, j.type_name());
+    Problem p;
+    for (const char* key : {"prompt", "answer"}) {
+      const auto it = j.find(key);
+      if (it == j.end()) fail("{}:{}: missing \"{}\"", path, line_no, key);
+      if (!it->is_string()) fail("{}:{}: \"{}\" is not a string ({})", path, line_no, key, it->type_name());
+      (key[0] == 'p' ? p.prompt : p.answer) = it->get<std::string>();
+    }
+    items.push_back(std::move(p));
+  }
+  if (items.empty()) fail("{}: empty file (no items)", path);
+  if (items.size() == 1) fail("{}: only 1 item; a dataset needs at least 2 (one for Train, one for Eval)", path);
+  for (Problem& p : items) (is_eval_prompt(p.prompt) ? t->eval_ : t->train_).push_back(std::move(p));
+  if (t->train_.empty() || t->eval_.empty()) {
+    // Fallback: the last item (and its duplicates) in Eval, the rest in Train.
+    std::vector<Problem> all;
+    for (const std::vector<Problem>* v : {&t->train_, &t->eval_})
+      all.insert(all.end(), v->begin(), v->end());
+    // Restore file order: one of the two was empty, so `all` is already in order.
+    t->train_.clear();
+    t->eval_.clear();
+    const std::string last = all.back().prompt;
+    for (Problem& p : all) (p.prompt == last ? t->eval_ : t->train_).push_back(std::move(p));
+    if (t->train_.empty()) fail("{}: every item has the same prompt, so it cannot be split into Train and Eval", path);
+    t->fallback_ = true;
+  }
+  return t;
+}
+
+Problem JsonlTask::generate(Split split, uint64_t seed, uint64_t index) const {
+  const std::vector<Problem>& v = items(split);
+  const uint64_t n = v.size();
+  const uint64_t epoch = index / n;
+  const uint64_t key = detail::stream_key({kDatasetStreamTag, seed, static_cast<uint64_t>(split), epoch});
+  return v[detail::permute(index % n, n, key)];
+}
+
+std::unique_ptr<Task> load_jsonl_task(const std::string& path) { return JsonlTask::parse(read_file(path), path); }
+
+}  // namespace mxrl::rl
