@@ -145,13 +145,15 @@ void quantize_activations(const float* x, int64_t m, int64_t k, const LinearPrec
 void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<float>& scratch,
                              const Exec& exec) const {
   if (m == 0) return;
-  if (prec.precision == Precision::FP32) {
-    gemm(x, m, packed, y, exec);
-    return;
+  const float* in = x;
+  if (prec.precision != Precision::FP32) {
+    PhaseTimer t(exec.times, Phase::ActQuant);
+    scratch.resize(m * k);
+    quantize_activations(x, m, k, prec, scratch.data(), exec);
+    in = scratch.data();
   }
-  scratch.resize(m * k);
-  quantize_activations(x, m, k, prec, scratch.data(), exec);
-  gemm(scratch.data(), m, packed, y, exec);
+  PhaseTimer t(exec.times, Phase::Gemm);
+  gemm(in, m, packed, y, exec);
 }
 
 }  // namespace mxrl

@@ -200,27 +200,32 @@ void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
 }
 
-// SwiGLU MLP on rows x[m, H] -> y[m, H].
+// SwiGLU MLP on rows x[m, H] -> y[m, H]. With trace buffers, keeps the
+// gate/up projections and the SwiGLU output.
 void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x,
-         int64_t m, float* y, std::vector<float>& scratch, const Exec& exec) {
+         int64_t m, float* y, std::vector<float>& scratch, const Exec& exec, std::vector<float>* t_gate = nullptr,
+         std::vector<float>* t_up = nullptr, std::vector<float>* t_h = nullptr) {
   const int64_t F = gate.n;
   std::vector<float> g(m * F), u(m * F);
   gate.forward(x, m, g.data(), scratch, exec);
   up.forward(x, m, u.data(), scratch, exec);
+  if (t_gate) *t_gate = g, *t_up = u;
   swiglu_forward(g.data(), g.data(), u.data(), m * F);
+  if (t_h) *t_h = g;
   down.forward(g.data(), m, y, scratch, exec);
 }
 
 // Sparse MoE block: route each row, run each expert on its rows (in expert
 // order), and sum weight * output into y in ascending expert order.
 void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t m, float* y,
-         std::vector<float>& scratch, const Exec& exec) {
+         std::vector<float>& scratch, const Exec& exec, LayerTrace* t) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.num_experts_per_tok;
   std::vector<float> logits(m * E);
   L.router.forward(x, m, logits.data(), scratch, exec);
   std::vector<int32_t> experts(m * K);
   std::vector<float> weights(m * K);
   moe_route(experts.data(), weights.data(), logits.data(), m, E, K, cfg.norm_topk_prob);
+  if (t) t->router_logits = logits, t->experts = experts, t->weights = weights, t->expert.assign(E, {});
   std::fill(y, y + m * H, 0.0f);
   std::vector<float> xe, ye;
   std::vector<int64_t> rows;
@@ -234,7 +239,10 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
     const int64_t me = static_cast<int64_t>(rows.size());
     xe.resize(me * H), ye.resize(me * H);
     for (int64_t i = 0; i < me; ++i) std::memcpy(&xe[i * H], x + rows[i] * H, H * sizeof(float));
-    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xe.data(), me, ye.data(), scratch, exec);
+    ExpertTrace* et = t ? &t->expert[e] : nullptr;
+    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xe.data(), me, ye.data(), scratch, exec,
+        et ? &et->gate : nullptr, et ? &et->up : nullptr, et ? &et->h : nullptr);
+    if (et) et->rows = rows, et->weight = w, et->x = xe, et->y = ye;
     for (int64_t i = 0; i < me; ++i)
       for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + ye[i * H + d] * w[i];
   }
@@ -242,7 +250,8 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
 }  // namespace
 
 void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec,
-             const std::vector<int64_t>* rows) {
+             const std::vector<int64_t>* rows, ForwardTrace* trace) {
+  if (trace && rows) fail("forward: a traced pass computes the logits of every row");
   const ModelConfig& c = model.config();
   const int64_t n = b.size(), H = c.hidden_size, hd = c.head_dim;
   const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads;
@@ -267,13 +276,16 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
   std::vector<float> rope_cos(n * half), rope_sin(n * half);
   per_token(exec, n, [&](int64_t i) { model.rope().angles(b.pos[i], &rope_cos[i * half], &rope_sin[i * half]); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (trace) trace->layers.assign(c.num_hidden_layers, {});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const PreparedLayer& L = model.layer(l);
+    LayerTrace* t = trace ? &trace->layers[l] : nullptr;
     // Attention block.
     rmsnorm_forward(xn.data(), x.data(), L.input_norm, n, H, eps);
     L.q.forward(xn.data(), n, q.data(), scratch, exec);
     L.k.forward(xn.data(), n, k.data(), scratch, exec);
     L.v.forward(xn.data(), n, v.data(), scratch, exec);
+    if (t) t->x_in = x, t->xn1 = xn, t->q_raw = q, t->k_raw = k;
     per_token(exec, n, [&](int64_t i) {
       float* qi = &q[i * c.q_dim()];
       float* ki = &k[i * c.kv_dim()];
@@ -289,14 +301,17 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),
                         b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, scores.data());
     });
+    if (t) t->q = q, t->att = att;
     L.o.forward(att.data(), n, y.data(), scratch, exec);
     add_inplace(x.data(), y.data(), n * H);
     // MLP block.
     rmsnorm_forward(xn.data(), x.data(), L.post_norm, n, H, eps);
+    if (t) t->x_mid = x, t->xn2 = xn;
     if (L.moe)
-      moe(L, c, xn.data(), n, y.data(), scratch, exec);
+      moe(L, c, xn.data(), n, y.data(), scratch, exec, t);
     else
-      mlp(L.gate, L.up, L.down, xn.data(), n, y.data(), scratch, exec);
+      mlp(L.gate, L.up, L.down, xn.data(), n, y.data(), scratch, exec, t ? &t->gate : nullptr,
+          t ? &t->up : nullptr, t ? &t->h : nullptr);
     add_inplace(x.data(), y.data(), n * H);
   }
   if (rows) {  // gather the asked-for rows first: the lm_head is per row
@@ -308,6 +323,7 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     return;
   }
   rmsnorm_forward(xn.data(), x.data(), model.final_norm(), n, H, eps);
+  if (trace) trace->x_final = x, trace->xn_final = xn;
   model.lm_head().forward(xn.data(), n, logits, scratch, exec);
 }
 

@@ -21,6 +21,7 @@
 
 #include "numerics/formats.h"
 #include "util/cpu.h"
+#include "util/profile.h"
 
 namespace mxrl {
 
@@ -50,6 +51,7 @@ struct MxConfig {
 struct Exec {
   ThreadPool* pool = nullptr;
   Backend backend = Backend::Auto;
+  PhaseTimes* times = nullptr;  // when set, quantization and GEMM time is added here
 };
 
 // The E8M0 scale byte for a finite block maximum given as FP32 bits.
