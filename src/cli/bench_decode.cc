@@ -34,6 +34,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "tokenizer/tokenizer.h"
 #include "model/init.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -77,7 +78,7 @@ ModelConfig qwen3_06b_config() {
 
 ModelConfig shape_config(const std::string& shape) {
   if (shape == "qwen3-0.6b") return qwen3_06b_config();
-  return preset_config(shape, 86);  // the built-in character tokenizer's vocabulary, as bench forward
+  return preset_config(shape, tok::builtin_char_tokenizer().vocab_size());
 }
 
 uint64_t splitmix64(uint64_t x) {

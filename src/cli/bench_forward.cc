@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "model/init.h"
 #include "model/score.h"
+#include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -24,12 +25,13 @@ struct ForwardArgs {
 
 void bench_forward(const ForwardArgs& a) {
   ThreadPool pool(a.threads);
-  ParamTable params(preset_config(a.preset, 86));
+  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  ParamTable params(preset_config(a.preset, vocab));
   init_params(params, 0, 0.02f);
   std::mt19937 rng(1);
   std::vector<ScoreRequest> reqs(a.batch);
   for (auto& r : reqs) {
-    for (int64_t t = 0; t < a.seq_len; ++t) r.tokens.push_back(static_cast<int32_t>(rng() % 86));
+    for (int64_t t = 0; t < a.seq_len; ++t) r.tokens.push_back(static_cast<int32_t>(rng() % vocab));
     r.prompt_len = 1;
   }
   nlohmann::json j = {{"bench", "forward"}, {"preset", a.preset}, {"batch", a.batch}, {"seq_len", a.seq_len},

@@ -19,9 +19,6 @@ struct InitArgs {
   float std = 0.02f;
 };
 
-// The built-in tasks' character vocabulary.
-constexpr const char* kCharset =
-    "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
 // A TOML model config: the fields of config.json, e.g.
 //   model_type = "qwen3"  hidden_size = 256  num_hidden_layers = 4 ...
@@ -58,7 +55,7 @@ ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
 
 void run_init(const InitArgs& a) {
   if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset or --config");
-  const tok::Tokenizer tk = tok::make_char_tokenizer(kCharset, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+  const tok::Tokenizer tk = tok::builtin_char_tokenizer();
   ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, tk.vocab_size()) : preset_config(a.preset, tk.vocab_size());
   if (cfg.vocab_size < tk.vocab_size())
     fail("vocab_size {} is smaller than the character tokenizer's {}", cfg.vocab_size, tk.vocab_size());
@@ -74,6 +71,12 @@ void run_init(const InitArgs& a) {
              params.numel() / 1e6, cfg.vocab_size, a.seed);
 }
 }  // namespace
+
+void write_preset_checkpoint(const std::string& out, const std::string& preset, uint64_t seed, float std) {
+  InitArgs a;
+  a.preset = preset, a.out = out, a.seed = seed, a.std = std;
+  run_init(a);
+}
 
 void add_init_command(CLI::App& app) {
   auto a = std::make_shared<InitArgs>();

@@ -37,12 +37,13 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/tokenizer.h"
+
 namespace mxrl::rl {
 
 // The characters of the built-in character tokenizer; every character of a
 // built-in task's prompt and answer is one of these.
-inline constexpr std::string_view kTaskCharset =
-    "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+inline constexpr std::string_view kTaskCharset = tok::kBuiltinCharset;
 
 struct Problem {
   std::string prompt, answer;  // answer: one correct completion (the SFT target)

@@ -63,4 +63,8 @@ Tokenizer make_char_tokenizer(std::string_view charset, const std::vector<std::s
   return Tokenizer::from_json(doc.dump(), "char tokenizer");
 }
 
+Tokenizer builtin_char_tokenizer() {
+  return make_char_tokenizer(kBuiltinCharset, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+}
+
 }  // namespace mxrl::tok
