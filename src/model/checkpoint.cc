@@ -1,7 +1,6 @@
 #include "model/checkpoint.h"
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -142,61 +141,56 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   return ck;
 }
 
+namespace {
+// The argument checks of save_checkpoint, before anything is written; errors name `label`.
+void check_save_args(const std::string& label, const ParamTable& params,
+                     st::DType dtype, const std::map<std::string, std::string>& shard_of) {
+  if (dtype != st::DType::F32 && dtype != st::DType::BF16 && dtype != st::DType::F16)
+    fail("{}: checkpoints are saved as F32, BF16 or F16, not {}", label, st::dtype_name(dtype));
+  if (params.numel() == 0) fail("{}: the parameter table has no storage", label);
+  if (!shard_of.empty())
+    for (const ParamInfo& p : params.entries())
+      if (!shard_of.count(p.name)) fail("{}: no shard given for tensor '{}'", label, p.name);
+}
+}  // namespace
+
+void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
+                            st::DType dtype, const std::map<std::string, std::string>& shard_of,
+                            const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
+  check_save_args(dir_s, params, dtype, shard_of);
+  const fs::path dir(dir_s);
+  // Group tensors by shard, keeping the table's order within each.
+  std::map<std::string, st::Writer> writers;
+  for (const ParamInfo& p : params.entries()) {
+    const std::string file = shard_of.empty() ? std::string("model.safetensors") : shard_of.at(p.name);
+    writers[file].add(p.name, dtype, p.shape, from_f32(params.storage().data() + p.offset, p.numel, dtype));
+  }
+  for (auto& [file, w] : writers) {
+    w.set_metadata({{"format", "pt"}});
+    w.write((dir / file).string());
+  }
+  if (!shard_of.empty()) {
+    nlohmann::json wm = nlohmann::json::object();
+    for (const ParamInfo& p : params.entries()) wm[p.name] = shard_of.at(p.name);
+    int64_t total = static_cast<int64_t>(params.numel() * st::dtype_size(dtype));
+    write_file_atomic((dir / "model.safetensors.index.json").string(),
+                      nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", wm}}.dump(2) + "\n");
+  }
+  nlohmann::json cj = config.to_json();
+  cj["torch_dtype"] = torch_dtype_name(dtype);
+  write_file_atomic((dir / "config.json").string(), cj.dump(2) + "\n");
+  if (!tokenizer_json.empty()) write_file_atomic((dir / "tokenizer.json").string(), tokenizer_json);
+  if (!tokenizer_config_json.empty())
+    write_file_atomic((dir / "tokenizer_config.json").string(), tokenizer_config_json);
+}
+
 void save_checkpoint(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
                      st::DType dtype, const std::map<std::string, std::string>& shard_of,
                      const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
-  if (dtype != st::DType::F32 && dtype != st::DType::BF16 && dtype != st::DType::F16)
-    fail("{}: checkpoints are saved as F32, BF16 or F16, not {}", dir_s, st::dtype_name(dtype));
-  const fs::path dir = fs::absolute(fs::path(dir_s)).lexically_normal();
-  const fs::path tmp = dir.parent_path() / (dir.filename().string() + ".partial-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  try {
-    // Group tensors by shard, keeping the table's order within each.
-    std::map<std::string, st::Writer> writers;
-    std::vector<std::string> order;
-    for (const ParamInfo& p : params.entries()) {
-      std::string file = "model.safetensors";
-      if (!shard_of.empty()) {
-        auto it = shard_of.find(p.name);
-        if (it == shard_of.end()) fail("{}: no shard given for tensor '{}'", dir_s, p.name);
-        file = it->second;
-      }
-      if (!writers.count(file)) order.push_back(file);
-      writers[file].add(p.name, dtype, p.shape, from_f32(params.storage().data() + p.offset, p.numel, dtype));
-    }
-    for (auto& [file, w] : writers) {
-      w.set_metadata({{"format", "pt"}});
-      w.write((tmp / file).string());
-    }
-    if (!shard_of.empty()) {
-      nlohmann::json wm = nlohmann::json::object();
-      for (const ParamInfo& p : params.entries()) wm[p.name] = shard_of.at(p.name);
-      int64_t total = static_cast<int64_t>(params.numel() * st::dtype_size(dtype));
-      write_file_atomic((tmp / "model.safetensors.index.json").string(),
-                        nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", wm}}.dump(2) + "\n");
-    }
-    nlohmann::json cj = config.to_json();
-    cj["torch_dtype"] = torch_dtype_name(dtype);
-    write_file_atomic((tmp / "config.json").string(), cj.dump(2) + "\n");
-    if (!tokenizer_json.empty()) write_file_atomic((tmp / "tokenizer.json").string(), tokenizer_json);
-    if (!tokenizer_config_json.empty())
-      write_file_atomic((tmp / "tokenizer_config.json").string(), tokenizer_config_json);
-    // Swap the finished directory into place.
-    if (fs::exists(dir)) {
-      const fs::path old = dir.parent_path() / (dir.filename().string() + ".old-" + std::to_string(::getpid()));
-      fs::remove_all(old);
-      fs::rename(dir, old);
-      fs::rename(tmp, dir);
-      fs::remove_all(old);
-    } else {
-      fs::rename(tmp, dir);
-    }
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  check_save_args(dir_s, params, dtype, shard_of);
+  write_dir_atomic(dir_s, [&](const std::string& tmp) {
+    write_checkpoint_files(tmp, config, params, dtype, shard_of, tokenizer_json, tokenizer_config_json);
+  });
 }
 
 void save_checkpoint(const std::string& dir, const Checkpoint& ck) {

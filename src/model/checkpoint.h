@@ -3,7 +3,8 @@
 // with the names of BRIEF §8. Loading validates the weights against the
 // config (every expected tensor present with its shape, nothing unexpected)
 // and fails naming the tensor. Saving writes the same layout, into a fresh
-// directory that is renamed into place, so HF transformers can load it.
+// directory that is swapped into place (write_dir_atomic), so HF transformers
+// can load it.
 #pragma once
 #include <map>
 #include <string>
@@ -31,5 +32,14 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
                      const std::string& tokenizer_json = {},
                      const std::string& tokenizer_config_json = {});
 void save_checkpoint(const std::string& dir, const Checkpoint& ck);
+
+// The files of save_checkpoint, written into the existing directory `dir`
+// (each file atomically, the directory as a whole not): for callers that
+// build a larger directory inside write_dir_atomic (util/atomic_file.h), as
+// save_checkpoint itself does.
+void write_checkpoint_files(const std::string& dir, const ModelConfig& config, const ParamTable& params,
+                            st::DType dtype, const std::map<std::string, std::string>& shard_of = {},
+                            const std::string& tokenizer_json = {},
+                            const std::string& tokenizer_config_json = {});
 
 }  // namespace mxrl

@@ -8,6 +8,7 @@
 // existing one). The new file gets mode 0666 & ~umask, like open(2) would.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -41,5 +42,18 @@ class AtomicFile {
 
 // Replaces (or creates) `path` with `contents`, atomically.
 void write_file_atomic(const std::string& path, std::string_view contents);
+
+// Replaces (or creates) the directory `dir` as a whole: fill(tmp_dir) writes
+// the new contents into a fresh sibling directory "<dir>.partial-XXXXXX"
+// (mode 0777 & ~umask), which is then swapped into place (renameat2
+// RENAME_EXCHANGE where the file system supports it, so readers never see
+// `dir` missing; two renames otherwise) and the parent directory fsynced.
+// Files written with AtomicFile / write_file_atomic inside tmp_dir are
+// durable. Missing parent directories are created. If fill throws, or
+// anything else fails, the temporary directory is removed and an existing
+// `dir` is left untouched; the exception propagates (filesystem failures of
+// this function itself are mxrl::Error naming `dir`). `dir` may exist only as
+// a directory (a symlink to one is replaced by a real directory).
+void write_dir_atomic(const std::string& dir, const std::function<void(const std::string& tmp_dir)>& fill);
 
 }  // namespace mxrl

@@ -1,0 +1,156 @@
+#include "learner/train_state.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <span>
+#include <sstream>
+
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace mxrl {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "trainer_state.json";
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail("{}: cannot open", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail("{}: read failed", p.string());
+  return ss.str();
+}
+
+int64_t layout_numel(const ParamTable& t) {
+  const auto& e = t.entries();
+  return e.empty() ? 0 : e.back().offset + e.back().numel;
+}
+
+struct StateFile {
+  int64_t step = 0;
+  nlohmann::json meta;
+};
+
+StateFile parse_state_file(const fs::path& path) {
+  const std::string file = path.string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: invalid JSON: {}", file, e.what());
+  }
+  if (!j.is_object()) fail("{}: expected a JSON object, got {}", file, j.type_name());
+  if (!j.contains("format")) fail("{}: no \"format\" (expected \"{}\")", file, kTrainStateFormat);
+  if (!j["format"].is_string() || j["format"].get<std::string>() != kTrainStateFormat)
+    fail("{}: format is {}, expected \"{}\"", file, j["format"].dump(), kTrainStateFormat);
+  if (!j.contains("version")) fail("{}: no \"version\"", file);
+  if (!j["version"].is_number_integer() || j["version"].get<int64_t>() != kTrainStateVersion)
+    fail("{}: unsupported version {} (this build reads version {})", file, j["version"].dump(), kTrainStateVersion);
+  if (!j.contains("step")) fail("{}: no \"step\"", file);
+  const nlohmann::json& step = j["step"];
+  if (!step.is_number_integer() || (step.is_number_unsigned() && step.get<uint64_t>() >
+                                                                      static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
+      step.get<int64_t>() < 0)
+    fail("{}: step must be a non-negative integer, got {}", file, step.dump());
+  if (!j.contains("meta")) fail("{}: no \"meta\"", file);
+  return {step.get<int64_t>(), j["meta"]};
+}
+
+}  // namespace
+
+void save_train_state(const std::string& dir, const TrainState& s) {
+  if (s.config.to_json() != s.params.config().to_json())
+    fail("{}: the parameter table was built for another model config", dir);
+  const int64_t n = layout_numel(s.params);
+  if (s.params.numel() != n) fail("{}: the parameter table has no storage", dir);
+  if (static_cast<int64_t>(s.m.size()) != n)
+    fail("{}: the first moment m has {} elements, the parameters {}", dir, s.m.size(), n);
+  if (static_cast<int64_t>(s.v.size()) != n)
+    fail("{}: the second moment v has {} elements, the parameters {}", dir, s.v.size(), n);
+  if (s.step < 0) fail("{}: step must be >= 0, got {}", dir, s.step);
+  std::string state_text;
+  try {
+    state_text = nlohmann::json{{"format", kTrainStateFormat},
+                                {"version", kTrainStateVersion},
+                                {"step", s.step},
+                                {"meta", s.meta}}
+                     .dump(2) +
+                 "\n";
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: cannot serialize meta for {}: {}", dir, kStateFile, e.what());
+  }
+
+  write_dir_atomic(dir, [&](const std::string& tmp) {
+    write_checkpoint_files(tmp, s.config, s.params, st::DType::F32, {}, s.tokenizer_json,
+                           s.tokenizer_config_json);
+    st::Writer w;
+    for (const char* which : {"m", "v"}) {
+      const std::vector<float>& x = which[0] == 'm' ? s.m : s.v;
+      for (const ParamInfo& p : s.params.entries())
+        w.add_view(std::string(which) + "." + p.name, st::DType::F32, p.shape,
+                   std::as_bytes(std::span<const float>(x.data() + p.offset, p.numel)));
+    }
+    w.set_metadata({{"format", "pt"}});
+    w.write((fs::path(tmp) / kOptimizerFile).string());
+    write_file_atomic((fs::path(tmp) / kStateFile).string(), state_text);
+  });
+}
+
+TrainState load_train_state(const std::string& dir_s) {
+  const fs::path dir(dir_s);
+  if (!fs::is_directory(dir)) fail("{}: not a train state directory", dir_s);
+  const fs::path state_path = dir / kStateFile, opt_path = dir / kOptimizerFile;
+  if (!fs::exists(state_path)) fail("{}: missing (not a train state directory)", state_path.string());
+  if (!fs::exists(opt_path)) fail("{}: missing (not a train state directory)", opt_path.string());
+  StateFile sf = parse_state_file(state_path);
+
+  Checkpoint ck = load_checkpoint(dir_s);
+  if (ck.dtype != st::DType::F32)
+    fail("{}: the weights are {}; a train state holds F32 master weights", dir_s, st::dtype_name(ck.dtype));
+  TrainState s{std::move(ck.config), std::move(ck.params), {}, {}, sf.step, std::move(sf.meta),
+               std::move(ck.tokenizer_json), std::move(ck.tokenizer_config_json)};
+
+  const std::string opt_file = opt_path.string();
+  const st::File f = st::File::open(opt_file);
+  const auto& entries = s.params.entries();
+  const int64_t n = s.params.numel();
+  s.m.assign(n, 0.0f);
+  s.v.assign(n, 0.0f);
+  std::vector<char> seen_m(entries.size(), 0), seen_v(entries.size(), 0);
+  for (const auto& t : f.tensors()) {
+    const bool is_m = t.name.rfind("m.", 0) == 0, is_v = t.name.rfind("v.", 0) == 0;
+    const int i = is_m || is_v ? s.params.index_of(std::string_view(t.name).substr(2)) : -1;
+    if (i < 0) fail("{}: unexpected tensor '{}' (expected m.<param> or v.<param>)", opt_file, t.name);
+    const ParamInfo& p = entries[i];
+    if (t.dtype != st::DType::F32)
+      fail("{}: tensor '{}' has dtype {}, expected F32", opt_file, t.name, st::dtype_name(t.dtype));
+    if (t.shape != p.shape)
+      fail("{}: tensor '{}' has shape {}, the parameter has {}", opt_file, t.name, shape_str(t.shape),
+           shape_str(p.shape));
+    char& seen = is_m ? seen_m[i] : seen_v[i];
+    if (seen) fail("{}: tensor '{}' appears twice", opt_file, t.name);
+    seen = 1;
+    std::memcpy((is_m ? s.m : s.v).data() + p.offset, t.data.data(), p.numel * sizeof(float));
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!seen_m[i]) fail("{}: missing tensor 'm.{}'", opt_file, entries[i].name);
+    if (!seen_v[i]) fail("{}: missing tensor 'v.{}'", opt_file, entries[i].name);
+  }
+  return s;
+}
+
+}  // namespace mxrl
