@@ -1,0 +1,186 @@
+#include "learner/learner.h"
+
+#include <chrono>
+
+#include "kernels/ops.h"
+#include "kernels/ops_backward.h"
+#include "util/error.h"
+
+namespace mxrl {
+
+int64_t Sequence::num_targets() const {
+  int64_t n = 0;
+  for (uint8_t t : target) n += t != 0;
+  return n;
+}
+
+std::vector<std::vector<size_t>> pack_micro_batches(const std::vector<Sequence>& seqs, int64_t budget) {
+  if (budget < 1) fail("micro-batch token budget must be positive, got {}", budget);
+  std::vector<std::vector<size_t>> out;
+  int64_t used = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t len = static_cast<int64_t>(seqs[i].tokens.size());
+    if (out.empty() || used + len > budget) out.emplace_back(), used = 0;
+    out.back().push_back(i);
+    used += len;
+  }
+  return out;
+}
+
+PrecisionPlan Recipe::precision_plan() const {
+  PrecisionPlan p = PrecisionPlan::resolve(plan);
+  if (floor) {
+    auto set = [](LinearPrecision& lp) {
+      if (lp.precision == Precision::MXFP8) lp.rule = ScaleRule::Floor;
+    };
+    set(p.decoder), set(p.router), set(p.lm_head);
+    for (PlanOverride& o : p.overrides) set(o.precision);
+    p.name += "+floor";
+  }
+  if (p.fp8_kv_cache) fail("recipe {}: the learner does not train with an FP8 KV cache", plan);
+  return p;
+}
+
+Learner::Learner(ParamTable masters, LearnerConfig cfg, const Exec& exec)
+    : params_(std::move(masters)), cfg_(std::move(cfg)), plan_(cfg_.recipe.precision_plan()), exec_(exec),
+      opt_(params_, cfg_.optim) {
+  if (cfg_.micro_batch_tokens < 1) fail("micro_batch_tokens must be positive, got {}", cfg_.micro_batch_tokens);
+}
+
+void Learner::prepare(PhaseTimes* times) {
+  Exec ex = exec_;
+  ex.times = times;
+  PhaseTimer t(times, Phase::WeightQuant);
+  model_ = std::make_shared<const Model>(params_, plan_, ex);
+  ex.times = nullptr;  // counted above
+  bw_ = BackwardWeights::prepare(params_, plan_, ex);
+}
+
+const Model& Learner::model() {
+  if (!model_) prepare(nullptr);
+  return *model_;
+}
+
+std::shared_ptr<const Model> Learner::shared_model() {
+  if (!model_) prepare(nullptr);
+  return model_;
+}
+
+namespace {
+void check_sequence(const Sequence& s, const ModelConfig& c, size_t i) {
+  if (s.tokens.empty()) fail("sequence {}: empty", i);
+  if (s.target.size() != s.tokens.size())
+    fail("sequence {}: {} tokens but {} target flags", i, s.tokens.size(), s.target.size());
+  if (s.target[0]) fail("sequence {}: the first token cannot be a target", i);
+  if (static_cast<int64_t>(s.tokens.size()) > c.max_position_embeddings)
+    fail("sequence {}: {} tokens exceed max_position_embeddings {}", i, s.tokens.size(), c.max_position_embeddings);
+}
+
+// One micro-batch as a whole-sequence TokenBatch in a fresh cache.
+TokenBatch make_batch(const std::vector<Sequence>& seqs, const std::vector<size_t>& idx, KvCache& cache) {
+  TokenBatch b;
+  for (size_t i : idx) {
+    const int slot = cache.add_sequence();
+    for (size_t p = 0; p < seqs[i].tokens.size(); ++p) b.add(seqs[i].tokens[p], slot, static_cast<int64_t>(p));
+  }
+  return b;
+}
+}  // namespace
+
+double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelConfig& c = params_.config();
+  StepResult r;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    check_sequence(batch[i], c, i);
+    r.tokens += static_cast<int64_t>(batch[i].tokens.size());
+    r.targets += batch[i].num_targets();
+  }
+  if (r.targets == 0) fail("the batch has no target tokens");
+  grads.assign(params_.numel(), 0.0f);
+  Exec ex = exec_;
+  ex.times = &r.times;
+  if (!model_ || cfg_.recipe.requant_every_microbatch) prepare(&r.times);
+  const auto mbs = pack_micro_batches(batch, cfg_.micro_batch_tokens);
+  r.micro_batches = static_cast<int64_t>(mbs.size());
+  const float dl = -1.0f / static_cast<float>(r.targets);
+  BackwardOptions bo;
+  bo.grad_elem = cfg_.recipe.grad_elem();
+  bo.aux_loss_coef = c.num_experts > 0 ? cfg_.aux_loss_coef : 0.0;
+  std::vector<float> logits, dlogits, dlogp, lp;
+  std::vector<int32_t> targets;
+  for (size_t mb = 0; mb < mbs.size(); ++mb) {
+    if (mb > 0 && cfg_.recipe.requant_every_microbatch) prepare(&r.times);
+    KvCache cache(c);
+    const TokenBatch b = make_batch(batch, mbs[mb], cache);
+    const int64_t n = b.size(), V = c.vocab_size;
+    ForwardTrace trace;
+    logits.resize(n * V);
+    forward(*model_, cache, b, logits.data(), ex, nullptr, &trace);
+    // Row i predicts the next token of its sequence when that one is a target.
+    targets.assign(n, 0), dlogp.assign(n, 0.0f), lp.assign(n, 0.0f);
+    int64_t row = 0;
+    for (size_t i : mbs[mb]) {
+      const Sequence& s = batch[i];
+      for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
+        if (s.target[p + 1]) targets[row + p] = s.tokens[p + 1], dlogp[row + p] = dl;
+      row += static_cast<int64_t>(s.tokens.size());
+    }
+    for (int64_t i = 0; i < n; ++i)
+      if (dlogp[i] != 0.0f) {
+        log_softmax_gather(&lp[i], &logits[i * V], &targets[i], 1, V);
+        r.loss -= lp[i];
+      }
+    dlogits.resize(n * V);
+    log_softmax_gather_backward(dlogits.data(), logits.data(), targets.data(), dlogp.data(), n, V);
+    bo.aux_loss_weight = static_cast<double>(n) / static_cast<double>(r.tokens);
+    r.aux_loss += bo.aux_loss_weight * backward(*model_, params_, bw_, cache, b, trace, dlogits.data(),
+                                                grads.data(), bo, ex);
+  }
+  r.loss /= static_cast<double>(r.targets);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (info) *info = r;
+  return r.loss;
+}
+
+StepResult Learner::step(const std::vector<Sequence>& batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  std::vector<float> grads;
+  loss_and_grads(batch, grads, &r);
+  const auto t1 = std::chrono::steady_clock::now();
+  r.optim = opt_.step(params_, grads, exec_);
+  r.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  model_.reset();  // the masters changed: new forward weights on next use
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<std::vector<float>> Learner::logprobs(const std::vector<Sequence>& seqs) {
+  const ModelConfig& c = params_.config();
+  for (size_t i = 0; i < seqs.size(); ++i) check_sequence(seqs[i], c, i);
+  if (!model_) prepare(nullptr);
+  std::vector<std::vector<float>> out(seqs.size());
+  std::vector<float> logits;
+  for (const auto& idx : pack_micro_batches(seqs, cfg_.micro_batch_tokens)) {
+    KvCache cache(c);
+    const TokenBatch b = make_batch(seqs, idx, cache);
+    ForwardTrace trace;  // the training forward, exactly
+    logits.resize(b.size() * c.vocab_size);
+    forward(*model_, cache, b, logits.data(), exec_, nullptr, &trace);
+    int64_t row = 0;
+    for (size_t i : idx) {
+      const Sequence& s = seqs[i];
+      for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
+        if (s.target[p + 1]) {
+          float lp;
+          log_softmax_gather(&lp, &logits[(row + p) * c.vocab_size], &s.tokens[p + 1], 1, c.vocab_size);
+          out[i].push_back(lp);
+        }
+      row += static_cast<int64_t>(s.tokens.size());
+    }
+  }
+  return out;
+}
+
+}  // namespace mxrl

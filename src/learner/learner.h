@@ -1,0 +1,92 @@
+// The learner: FP32 master weights, the forward weights made from them once
+// per optimizer step (model/model.h, the same Model the sampler runs), the
+// hand-written backward, and AdamW. One step takes a batch of sequences,
+// packs them into micro-batches of at most `micro_batch_tokens` tokens,
+// accumulates gradients over the micro-batches, and updates the masters.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "learner/backward.h"
+#include "learner/optimizer.h"
+#include "model/model.h"
+
+namespace mxrl {
+
+// A training sequence: tokens, and which of them are loss targets
+// (target[i]: predict tokens[i] from tokens[<i]; target[0] must be 0).
+struct Sequence {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> target;
+  int64_t num_targets() const;
+};
+
+// Micro-batches: consecutive runs of sequences, in order, whose token counts
+// sum to at most `budget` (a longer sequence forms a micro-batch alone).
+std::vector<std::vector<size_t>> pack_micro_batches(const std::vector<Sequence>& seqs, int64_t budget);
+
+// The training recipes: "bf16" and "mxfp8" (and "fp32" for tests), with the
+// MX options of BRIEF §4.
+struct Recipe {
+  std::string plan = "mxfp8";          // a precision plan name (model/plan.h) or TOML path
+  bool hybrid = false;                 // E5M2 gradients (MX linears)
+  bool floor = false;                  // floor scale rule instead of rceil (MX linears)
+  bool requant_every_microbatch = false;  // remake the weight quantizations per micro-batch
+  PrecisionPlan precision_plan() const;   // the plan with the options applied
+  ElemType grad_elem() const { return hybrid ? ElemType::E5M2 : ElemType::E4M3; }
+};
+
+struct LearnerConfig {
+  Recipe recipe;
+  OptimConfig optim;
+  int64_t micro_batch_tokens = 4096;
+  double aux_loss_coef = 0.0;  // MoE load balancing (0: off)
+};
+
+struct StepResult {
+  double loss = 0;          // mean cross-entropy over the batch's target tokens
+  double aux_loss = 0;      // MoE load-balancing loss (token-weighted over micro-batches)
+  int64_t tokens = 0, targets = 0, micro_batches = 0;
+  OptimStats optim{};
+  PhaseTimes times;         // weight quantization, activation quantization, GEMMs
+  double optimizer_seconds = 0;  // the AdamW update
+  double seconds = 0;       // the whole step
+};
+
+class Learner {
+ public:
+  Learner(ParamTable masters, LearnerConfig cfg, const Exec& exec = {});
+
+  // One optimizer step on `batch` (loss: mean over all its target tokens).
+  StepResult step(const std::vector<Sequence>& batch);
+  // Forward only, through the training forward pass: per sequence, the
+  // log-prob of each target token in order.
+  std::vector<std::vector<float>> logprobs(const std::vector<Sequence>& seqs);
+  // Loss and gradients of `batch` without updating (gradient checks, tests):
+  // grads[params().numel()].
+  double loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info = nullptr);
+
+  // The forward weights of the current masters (made on first use after an update).
+  const Model& model();
+  std::shared_ptr<const Model> shared_model();
+  ParamTable& params() { return params_; }
+  const ParamTable& params() const { return params_; }
+  AdamW& optimizer() { return opt_; }
+  const LearnerConfig& config() const { return cfg_; }
+  const PrecisionPlan& plan() const { return plan_; }
+  // Call after changing params() from outside (loading a checkpoint).
+  void invalidate() { model_.reset(); }
+
+ private:
+  void prepare(PhaseTimes* times);
+  ParamTable params_;
+  LearnerConfig cfg_;
+  PrecisionPlan plan_;
+  Exec exec_;
+  AdamW opt_;
+  std::shared_ptr<const Model> model_;
+  BackwardWeights bw_;
+};
+
+}  // namespace mxrl
