@@ -1,0 +1,203 @@
+#include "rl/sft.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "learner/train_state.h"
+#include "model/checkpoint.h"
+#include "sampler/engine.h"
+#include "util/error.h"
+
+namespace mxrl::rl {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json SftConfig::to_json() const {
+  const Recipe& r = learner.recipe;
+  return {{"task", task},
+          {"steps", steps},
+          {"batch_size", batch_size},
+          {"seed", seed},
+          {"eval_every", eval_every},
+          {"eval_problems", eval_problems},
+          {"max_new_tokens", max_new_tokens},
+          {"save_every", save_every},
+          {"recipe", {{"plan", r.plan}, {"hybrid", r.hybrid}, {"floor", r.floor},
+                      {"requant_every_microbatch", r.requant_every_microbatch}}},
+          {"micro_batch_tokens", learner.micro_batch_tokens},
+          {"aux_loss_coef", learner.aux_loss_coef},
+          {"optim", learner.optim.to_json()}};
+}
+
+SftConfig SftConfig::from_json(const json& j) {
+  try {
+    SftConfig c;
+    c.task = j.at("task").get<std::string>();
+    c.steps = j.at("steps").get<int64_t>();
+    c.batch_size = j.at("batch_size").get<int64_t>();
+    c.seed = j.at("seed").get<uint64_t>();
+    c.eval_every = j.at("eval_every").get<int64_t>();
+    c.eval_problems = j.at("eval_problems").get<int64_t>();
+    c.max_new_tokens = j.at("max_new_tokens").get<int64_t>();
+    c.save_every = j.at("save_every").get<int64_t>();
+    const json& r = j.at("recipe");
+    c.learner.recipe.plan = r.at("plan").get<std::string>();
+    c.learner.recipe.hybrid = r.at("hybrid").get<bool>();
+    c.learner.recipe.floor = r.at("floor").get<bool>();
+    c.learner.recipe.requant_every_microbatch = r.at("requant_every_microbatch").get<bool>();
+    c.learner.micro_batch_tokens = j.at("micro_batch_tokens").get<int64_t>();
+    c.learner.aux_loss_coef = j.at("aux_loss_coef").get<double>();
+    c.learner.optim = OptimConfig::from_json(j.at("optim"));
+    return c;
+  } catch (const json::exception& e) {
+    fail("SFT settings: {}", e.what());
+  }
+}
+
+void SftConfig::validate() const {
+  if (steps < 1) fail("steps must be at least 1, got {}", steps);
+  if (batch_size < 1) fail("batch size must be at least 1, got {}", batch_size);
+  if (eval_every < 0 || eval_problems < 0 || save_every < 0 || max_new_tokens < 0)
+    fail("eval_every, eval_problems, save_every and max_new_tokens must be >= 0");
+  learner.optim.validate();
+}
+
+Sequence make_sft_sequence(const tok::Tokenizer& tk, const Problem& p, int32_t eos) {
+  Sequence s;
+  s.tokens = tk.encode(p.prompt);
+  if (s.tokens.empty()) fail("a problem has an empty prompt");
+  s.target.assign(s.tokens.size(), 0);
+  for (int32_t t : tk.encode(p.answer)) s.tokens.push_back(t), s.target.push_back(1);
+  s.tokens.push_back(eos), s.target.push_back(1);
+  return s;
+}
+
+EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const tok::Tokenizer& tk, int32_t eos,
+                    uint64_t seed, int64_t count, int64_t max_new_tokens, const Exec& exec) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EvalResult r;
+  Engine engine(std::move(model), 0, {}, exec);
+  for (int64_t i = 0; i < count; ++i) {
+    EvalSample s;
+    s.problem = task.generate(Split::Eval, seed, static_cast<uint64_t>(i));
+    GenerationRequest req;
+    req.id = i;
+    req.prompt = tk.encode(s.problem.prompt);
+    req.max_new_tokens = max_new_tokens;
+    req.sampling.temperature = 0.0f;  // greedy
+    req.stop_tokens = {eos};
+    engine.submit(req);
+    r.samples.push_back(std::move(s));
+  }
+  for (GeneratedSample& g : engine.run()) {
+    if (!g.tokens.empty() && g.tokens.back() == eos) g.tokens.pop_back();
+    EvalSample& s = r.samples[g.request];
+    s.completion = tk.decode(g.tokens);
+    s.correct = task.verify(s.problem, s.completion);
+    r.correct += s.correct;
+  }
+  r.total = count;
+  r.accuracy = count > 0 ? static_cast<double>(r.correct) / static_cast<double>(count) : 0.0;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+void SftRun::init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
+                  const Exec& exec) {
+  cfg_.validate();
+  exec_ = exec;
+  task_ = make_task(cfg_.task);
+  if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
+  tk_ = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
+  tokenizer_json_ = tokenizer_json;
+  tokenizer_config_json_ = tokenizer_config_json;
+  const ModelConfig& c = params.config();
+  if (c.eos_token_id < 0 || c.eos_token_id >= c.vocab_size) fail("the model config has no valid eos_token_id");
+  eos_ = static_cast<int32_t>(c.eos_token_id);
+  if (tk_->vocab_size() > c.vocab_size)
+    fail("the tokenizer has {} tokens, the model only {}", tk_->vocab_size(), c.vocab_size);
+  max_new_ = cfg_.max_new_tokens;
+  if (max_new_ == 0) {
+    int64_t longest = 0;
+    for (int64_t i = 0; i < std::max<int64_t>(cfg_.eval_problems, 1); ++i)
+      longest = std::max<int64_t>(longest, tk_->encode(task_->generate(Split::Eval, cfg_.seed, i).answer).size());
+    max_new_ = longest + 8;
+  }
+  learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
+}
+
+SftRun SftRun::start(const std::string& model_dir, const SftConfig& cfg, const Exec& exec) {
+  Checkpoint ck = load_checkpoint(model_dir);
+  SftRun r;
+  r.cfg_ = cfg;
+  if (r.cfg_.learner.optim.schedule == LrSchedule::Cosine && r.cfg_.learner.optim.total_steps == 0)
+    r.cfg_.learner.optim.total_steps = cfg.steps;
+  r.init(std::move(ck.params), ck.tokenizer_json, ck.tokenizer_config_json, exec);
+  return r;
+}
+
+SftRun SftRun::resume(const std::string& state_dir, const Exec& exec) {
+  TrainState st = load_train_state(state_dir);
+  if (!st.meta.contains("sft")) fail("{}: not an SFT training state (no \"sft\" settings)", state_dir);
+  SftRun r;
+  r.cfg_ = SftConfig::from_json(st.meta["sft"]);
+  r.init(std::move(st.params), st.tokenizer_json, st.tokenizer_config_json, exec);
+  AdamW& opt = r.learner_->optimizer();
+  if (st.m.size() != opt.m().size() || st.v.size() != opt.v().size())
+    fail("{}: optimizer state does not fit the model", state_dir);
+  opt.m() = std::move(st.m);
+  opt.v() = std::move(st.v);
+  opt.set_step(st.step);
+  if (st.step > r.cfg_.steps) fail("{}: step {} is past the run's end ({})", state_dir, st.step, r.cfg_.steps);
+  return r;
+}
+
+int64_t SftRun::step() const { return learner_->optimizer().step(); }
+
+void SftRun::save(const std::string& dir) const {
+  TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
+                learner_->optimizer().v(), step(), json::object(), tokenizer_json_, tokenizer_config_json_};
+  st.meta["sft"] = cfg_.to_json();
+  st.meta["data_index"] = step() * cfg_.batch_size;  // next Train problem
+  save_train_state(dir, st);
+}
+
+EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
+  if (!out_dir.empty()) fs::create_directories(out_dir);
+  EvalResult last;
+  auto eval_now = [&] {
+    last = evaluate(learner_->shared_model(), *task_, *tk_, eos_, cfg_.seed, cfg_.eval_problems, max_new_, exec_);
+    last.step = step();
+    if (ev.on_eval) ev.on_eval(last);
+  };
+  std::vector<Sequence> batch;
+  while (step() < cfg_.steps) {
+    const int64_t s = step();
+    batch.clear();
+    for (int64_t i = 0; i < cfg_.batch_size; ++i)
+      batch.push_back(make_sft_sequence(
+          *tk_, task_->generate(Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), eos_));
+    const StepResult r = learner_->step(batch);
+    if (ev.on_step) ev.on_step(step(), r);
+    if (cfg_.eval_every > 0 && step() % cfg_.eval_every == 0 && step() < cfg_.steps && cfg_.eval_problems > 0)
+      eval_now();
+    if (cfg_.save_every > 0 && step() % cfg_.save_every == 0 && !out_dir.empty()) {
+      const std::string dir = (fs::path(out_dir) / fmt::format("step-{:06d}", step())).string();
+      save(dir);
+      if (ev.on_save) ev.on_save(dir);
+    }
+  }
+  if (cfg_.eval_problems > 0) eval_now();
+  if (!out_dir.empty()) {
+    const std::string dir = (fs::path(out_dir) / "final").string();
+    save(dir);
+    if (ev.on_save) ev.on_save(dir);
+  }
+  return last;
+}
+
+}  // namespace mxrl::rl
