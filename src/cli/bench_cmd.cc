@@ -114,6 +114,7 @@ void add_bench_commands(CLI::App& app) {
   add_bench_gemm(bench);
   add_bench_forward(bench);
   add_bench_decode(bench);
+  add_bench_train(bench);
 }
 
 }  // namespace mxrl::cli

@@ -224,21 +224,6 @@ TEST_F(Cli, BenchQuantizeJson) {
   for (const auto& x : j["results"]) EXPECT_GT(x["gbps_input"].get<double>(), 0) << x;
 }
 
-TEST_F(Cli, DemoReportsEveryFormat) {
-  const CmdResult r = run(fmt::format("demo --out {} --threads 2", path("demo")));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  for (const char* e : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
-    for (const char* rule : {"floor", "rceil"}) {
-      const auto pos = r.out.find(fmt::format("{:<6} {:<6}", e, rule));
-      ASSERT_NE(pos, std::string::npos) << e << " " << rule << "\n" << r.out;
-      const double sqnr = std::stod(r.out.substr(pos + 14, 9));
-      // E4M3 keeps ~30 dB on Gaussian weights; FP4 far less.
-      EXPECT_GT(sqnr, std::string(e) == "e4m3" ? 28 : 8) << e << " " << rule;
-      EXPECT_TRUE(fs::exists(path("demo") + "/" + e + "-" + rule + ".safetensors"));
-    }
-}
-
-
 TEST_F(Cli, InitWritesALoadableCheckpointWithTokenizer) {
   for (const char* preset : {"tiny-dense", "tiny-moe"}) {
     const std::string dir = path(preset);
@@ -276,7 +261,7 @@ TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
   for (int i = 0; i < 6; ++i) {
     const int len = 3 + static_cast<int>(rng() % 30);
     std::string toks;
-    for (int t = 0; t < len; ++t) toks += (t ? "," : "") + std::to_string(rng() % 80);
+    for (int t = 0; t < len; ++t) toks += fmt::format("{}{}", t ? "," : "", rng() % 80);
     lines.push_back(fmt::format("{{\"tokens\": [{}], \"prompt_len\": {}}}", toks, 1 + rng() % (len - 1)));
   }
   {

@@ -9,11 +9,17 @@ void add_bench_commands(CLI::App& app);     // bench quantize
 void add_bench_gemm(CLI::App* bench);     // bench gemm (bench_gemm.cc)
 void add_bench_forward(CLI::App* bench);  // bench forward (bench_forward.cc)
 void add_bench_decode(CLI::App* bench);   // bench decode (bench_decode.cc)
-void add_demo_command(CLI::App& app);       // demo (the main job for now)
+void add_demo_command(CLI::App& app);       // demo: the main job (init -> SFT -> samples)
 void add_score_command(CLI::App& app);      // score
 void add_init_command(CLI::App& app);       // init
 void add_tokenize_command(CLI::App& app);   // tokenize
 void add_generate_command(CLI::App& app);   // generate
+void add_sft_command(CLI::App& app);        // sft
+void add_bench_train(CLI::App* bench);      // bench train (bench_train.cc)
+
+// A preset model (tiny-dense, tiny-moe) with the built-in character
+// tokenizer, randomly initialised, saved as a checkpoint directory.
+void write_preset_checkpoint(const std::string& out, const std::string& preset, uint64_t seed, float std = 0.02f);
 
 // --threads N (0 = all cores), shared by commands that compute.
 inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   mxrl::cli::add_init_command(app);
   mxrl::cli::add_tokenize_command(app);
   mxrl::cli::add_generate_command(app);
+  mxrl::cli::add_sft_command(app);
   if (argc > 1 && argv[1][0] != '-' && !has_command(app, argv[1])) {
     std::fprintf(stderr, "mxrl: error: unknown command '%s' (see --help)\n", argv[1]);
     return 2;

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "model/score.h"
 #include "util/atomic_file.h"
@@ -17,7 +18,7 @@ namespace mxrl::cli {
 
 namespace {
 struct ScoreArgs {
-  std::string model, plan = "mxfp8", in, out;
+  std::string model, plan = "mxfp8", in, out, engine = "sampler";
   int threads = 0;
   int64_t batch_tokens = 4096;
 };
@@ -56,9 +57,28 @@ void run_score(const ScoreArgs& a) {
       if (t < 0 || t >= ck.config.vocab_size)
         fail("{}: sequence {} has token id {} outside the vocabulary [0, {})", a.in, i + 1, t, ck.config.vocab_size);
   ThreadPool pool(a.threads);
-  const Model model(ck.params, std::move(plan), {&pool});
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto out = score_sequences(model, reqs, {a.batch_tokens, 0}, {&pool});
+  std::vector<std::vector<float>> out;
+  std::string plan_name = plan.name;
+  auto t0 = std::chrono::steady_clock::now();
+  if (a.engine == "learner") {  // the training forward pass, packed micro-batches
+    LearnerConfig cfg;
+    cfg.recipe.plan = a.plan;
+    cfg.micro_batch_tokens = a.batch_tokens;
+    Learner learner(ck.params, cfg, {&pool});
+    learner.model();  // prepare the forward weights before the clock starts
+    t0 = std::chrono::steady_clock::now();
+    std::vector<Sequence> seqs;
+    for (const auto& r : reqs) {
+      Sequence s{r.tokens, std::vector<uint8_t>(r.tokens.size(), 0)};
+      for (size_t t = r.prompt_len; t < r.tokens.size(); ++t) s.target[t] = 1;
+      seqs.push_back(std::move(s));
+    }
+    out = learner.logprobs(seqs);
+  } else {
+    const Model model(ck.params, std::move(plan), {&pool});
+    t0 = std::chrono::steady_clock::now();
+    out = score_sequences(model, reqs, {a.batch_tokens, 0}, {&pool});
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string text;
   int64_t tokens = 0;
@@ -72,8 +92,8 @@ void run_score(const ScoreArgs& a) {
   }
   for (const auto& r : reqs) tokens += static_cast<int64_t>(r.tokens.size());
   write_file_atomic(a.out, text);
-  fmt::print(stderr, "scored {} sequences ({} tokens) under {} in {:.2f} s: {:.0f} tokens/s, {} thread(s)\n",
-             reqs.size(), tokens, model.plan().name, secs, tokens / secs, pool.size());
+  fmt::print(stderr, "scored {} sequences ({} tokens) under {} with the {} in {:.2f} s: {:.0f} tokens/s, {} thread(s)\n",
+             reqs.size(), tokens, plan_name, a.engine, secs, tokens / secs, pool.size());
 }
 }  // namespace
 
@@ -87,6 +107,9 @@ void add_score_command(CLI::App& app) {
   c->add_option("--out", a->out, "JSONL output: {\"logprobs\": [...]} per line, for tokens prompt_len..len-1")->required();
   c->add_option("--batch-tokens", a->batch_tokens, "Tokens per forward call (results do not depend on it)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--engine", a->engine,
+                "sampler (the rollout forward) or learner (the training forward); bitwise equal log-probs")
+      ->check(CLI::IsMember({"sampler", "learner"}))->capture_default_str();
   add_threads_option(c, &a->threads);
   c->callback([a] { run_score(*a); });
 }

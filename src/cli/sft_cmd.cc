@@ -1,0 +1,179 @@
+// mxrl sft: supervised fine-tuning on a built-in task or a JSONL dataset,
+// with evaluation through the sampler, checkpoints and resume.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/sft_cli.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+std::string duration(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
+}
+}  // namespace
+
+SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
+  const rl::SftConfig& cfg = run.config();
+  std::ofstream metrics;
+  if (!a.metrics.empty()) {
+    metrics.open(a.metrics, std::ios::trunc);
+    if (!metrics) fail("{}: cannot open for writing", a.metrics);
+  }
+  auto emit = [&](const nlohmann::json& j) {
+    if (metrics.is_open()) metrics << j.dump() << "\n" << std::flush;
+  };
+  const bool tty = isatty(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first = run.step();
+  double ema_loss = -1;
+  int64_t tokens = 0;
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  rl::SftEvents ev;
+  ev.on_step = [&](int64_t step, const StepResult& r) {
+    tokens += r.tokens;
+    ema_loss = ema_loss < 0 ? r.loss : 0.9 * ema_loss + 0.1 * r.loss;
+    const double tps = r.tokens / r.seconds;
+    emit({{"step", step},
+          {"loss", r.loss},
+          {"tokens_per_s", tps},
+          {"lr", r.optim.lr},
+          {"grad_norm", r.optim.grad_norm},
+          {"tokens", r.tokens},
+          {"targets", r.targets},
+          {"micro_batches", r.micro_batches},
+          {"seconds", r.seconds},
+          {"weight_quant_s", r.times[Phase::WeightQuant]},
+          {"act_quant_s", r.times[Phase::ActQuant]},
+          {"gemm_s", r.times[Phase::Gemm]},
+          {"aux_loss", r.aux_loss}});
+    const double done = static_cast<double>(step - first) / static_cast<double>(cfg.steps - first);
+    const double eta = done > 0 ? elapsed() * (1 - done) / done : 0;
+    const int width = 24, fill = static_cast<int>(done * width);
+    const std::string line =
+        fmt::format("[{}{}] step {}/{} loss {:.4f} (avg {:.4f}) {:.0f} tok/s lr {:.2e} eta {}",
+                    std::string(fill, '#'), std::string(width - fill, '.'), step, cfg.steps, r.loss, ema_loss,
+                    tokens / elapsed(), r.optim.lr, duration(eta));
+    if (tty)
+      fmt::print(stderr, "\r{}\033[K", line);
+    else if (step % a.log_every == 0 || step == cfg.steps)
+      fmt::print(stderr, "{}\n", line);
+  };
+  ev.on_eval = [&](const rl::EvalResult& e) {
+    emit({{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct}, {"eval_total", e.total},
+          {"eval_seconds", e.seconds}});
+    fmt::print(stderr, "{}eval at step {}: accuracy {:.3f} ({}/{} held-out problems, greedy, {:.1f} s)\n",
+               tty ? "\r\033[K" : "", e.step, e.accuracy, e.correct, e.total, e.seconds);
+  };
+  ev.on_save = [&](const std::string& dir) {
+    fmt::print(stderr, "{}saved {}\n", tty ? "\r\033[K" : "", dir);
+  };
+  fmt::print(stderr, "sft: task {}, recipe {}{}, {} steps x {} sequences, micro-batches of <= {} tokens, from step {}\n",
+             run.task().name(), run.learner().plan().name, cfg.learner.recipe.hybrid ? " (hybrid E5M2 gradients)" : "",
+             cfg.steps, cfg.batch_size, cfg.learner.micro_batch_tokens, first);
+  SftCliResult res;
+  res.eval = run.run(a.out, ev);
+  res.seconds = elapsed();
+  res.tokens = tokens;
+  fmt::print(stderr, "done: {} steps in {}, {:.0f} training tokens/s; final held-out accuracy {:.3f} ({}/{})\n",
+             cfg.steps - first, duration(res.seconds), tokens / res.seconds, res.eval.accuracy, res.eval.correct,
+             res.eval.total);
+  const int64_t show = std::min<int64_t>(a.samples, static_cast<int64_t>(res.eval.samples.size()));
+  if (show > 0) fmt::print("samples (greedy, held-out):\n");
+  for (int64_t i = 0; i < show; ++i) {
+    const rl::EvalSample& s = res.eval.samples[i];
+    fmt::print("  {}{}  {}{}\n", s.problem.prompt, s.completion, s.correct ? "ok" : "WRONG, expected ",
+               s.correct ? "" : s.problem.answer);
+  }
+  if (!a.out.empty()) fmt::print(stderr, "final state: {}/final\n", a.out);
+  return res;
+}
+
+void add_sft_options(CLI::App* c, SftCliArgs& a) {
+  rl::SftConfig& s = a.cfg;
+  c->add_option("--task", s.task, "Built-in task: addition[:digits=D], multiplication[:digits=D], sort[:len=L], countdown")
+      ->capture_default_str();
+  c->add_option("--steps", s.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--batch-size", s.batch_size, "Sequences per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--micro-batch-tokens", s.learner.micro_batch_tokens, "Token budget of a micro-batch (sequences are packed)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--recipe", s.learner.recipe.plan, "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)")->capture_default_str();
+  c->add_flag("--hybrid", s.learner.recipe.hybrid, "MXFP8: E5M2 gradients (HYBRID)");
+  c->add_flag("--floor", s.learner.recipe.floor, "MXFP8: floor scale rule instead of rceil");
+  c->add_flag("--requant-every-microbatch", s.learner.recipe.requant_every_microbatch,
+              "Remake the weight quantizations every micro-batch (to measure their cost)");
+  c->add_option("--lr", s.learner.optim.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--warmup", s.learner.optim.warmup_steps, "Linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--schedule", a.schedule, "constant or cosine")->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
+  c->add_option("--min-lr-ratio", s.learner.optim.min_lr_ratio, "Cosine floor as a fraction of --lr")->capture_default_str();
+  c->add_option("--weight-decay", s.learner.optim.weight_decay, "AdamW decoupled weight decay (linears, embeddings)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--clip", s.learner.optim.clip_norm, "Gradient clipping by global norm (0: off)")->capture_default_str();
+  c->add_option("--beta2", s.learner.optim.beta2, "AdamW beta2")->capture_default_str();
+  c->add_option("--aux-loss-coef", s.learner.aux_loss_coef, "MoE load-balancing loss coefficient")->capture_default_str();
+  c->add_option("--eval-every", s.eval_every, "Steps between evaluations (0: only at the end)")->capture_default_str();
+  c->add_option("--eval-problems", s.eval_problems, "Held-out problems per evaluation")->capture_default_str();
+  c->add_option("--max-new-tokens", s.max_new_tokens, "Generation limit at evaluation (0: longest answer + 8)")->capture_default_str();
+  c->add_option("--seed", s.seed, "Problem stream seed")->capture_default_str();
+}
+
+void apply_sft_options(SftCliArgs& a) {
+  a.cfg.learner.optim.schedule = a.schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
+}
+
+namespace {
+struct SftCmdArgs : SftCliArgs {
+  std::string model, data, resume;
+};
+
+void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
+  ThreadPool pool(a.threads);
+  const Exec exec{&pool};
+  if (!a.resume.empty()) {
+    for (const char* opt : {"--model", "--task", "--data", "--steps", "--batch-size", "--micro-batch-tokens", "--recipe",
+                            "--hybrid", "--floor", "--requant-every-microbatch", "--lr", "--warmup", "--schedule",
+                            "--min-lr-ratio", "--weight-decay", "--clip", "--beta2", "--aux-loss-coef", "--eval-every",
+                            "--eval-problems", "--max-new-tokens", "--seed", "--save-every"})
+      if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
+    rl::SftRun run = rl::SftRun::resume(a.resume, exec);
+    run_sft_cli(a, run);
+    return;
+  }
+  if (a.model.empty()) fail("give --model DIR (or --resume STATE_DIR)");
+  if (!a.data.empty()) {
+    if (c->count("--task") > 0) fail("give --task or --data, not both");
+    a.cfg.task = "jsonl:" + a.data;
+  }
+  apply_sft_options(a);
+  rl::SftRun run = rl::SftRun::start(a.model, a.cfg, exec);
+  run_sft_cli(a, run);
+}
+}  // namespace
+
+void add_sft_command(CLI::App& app) {
+  auto a = std::make_shared<SftCmdArgs>();
+  auto* c = app.add_subcommand("sft", "Supervised fine-tuning on a verifiable task, evaluated through the sampler");
+  c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json)")->check(CLI::ExistingDirectory);
+  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")->check(CLI::ExistingFile);
+  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")->check(CLI::ExistingDirectory);
+  c->add_option("--out", a->out, "Output directory: step-NNNNNN/ every --save-every steps, and final/")->required();
+  c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps (0: only final)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step and per evaluation");
+  c->add_option("--samples", a->samples, "Held-out samples to print at the end")->capture_default_str();
+  c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  add_sft_options(c, *a);
+  add_threads_option(c, &a->threads);
+  c->callback([a, c] { run_sft_cmd(*a, c); });
+}
+
+}  // namespace mxrl::cli
