@@ -11,8 +11,10 @@
 
 MXRL_BEGIN_AVX512
 #include "kernels/ops_impl.h"
+#include "kernels/ops_backward_impl.h"
 
 namespace mxrl::detail {
 const OpsKernels kOpsAvx512 = kOps;
+const OpsBackwardKernels kOpsBackwardAvx512 = kOpsBackward;
 }
 MXRL_END_AVX512

@@ -1,159 +1,55 @@
+// Dispatch of the backward ops to the scalar or AVX-512 build of
+// ops_backward_impl.h (the two agree bit for bit; ops_backward_test checks).
 #include "kernels/ops_backward.h"
 
-#include <vector>
-
-#include "kernels/math.h"
 #include "kernels/ops_kernels.h"
 
 namespace mxrl {
 
+namespace detail {
+const OpsBackwardKernels& ops_backward_kernels(Backend b) {
+#if defined(__x86_64__)
+  if (resolve_backend(b) == Backend::Avx512) return kOpsBackwardAvx512;
+#endif
+  return kOpsBackwardScalar;
+}
+}  // namespace detail
+
 namespace {
-// sum of a[i]*b[i] in the canonical lane order, each lane fma(a, b, acc).
-float dot_canonical(const float* a, const float* b, int64_t n) {
-  float acc[16] = {};
-  for (int64_t i = 0; i < n; ++i) acc[i % 16] = __builtin_fmaf(a[i], b[i], acc[i % 16]);
-  return lane_tree(acc);
+const detail::OpsBackwardKernels& bwd() {
+  static const detail::OpsBackwardKernels& k = detail::ops_backward_kernels(Backend::Auto);
+  return k;
 }
 }  // namespace
 
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t n, int64_t dim) {
-  for (int64_t i = 0; i < n; ++i) {
-    float* row = dtable + int64_t(tokens[i]) * dim;
-    const float* d = dout + i * dim;
-    for (int64_t c = 0; c < dim; ++c) row[c] = row[c] + d[c];
-  }
+  bwd().embedding(dtable, dout, tokens, n, dim);
 }
-
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int64_t rows,
                       int64_t dim, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
-    // inv exactly as rmsnorm_impl.
-    const float var = sumsq_canonical(xr, dim) / static_cast<float>(dim);
-    const float inv = 1.0f / __builtin_sqrtf(var + eps);
-    float acc[16] = {};
-    for (int64_t i = 0; i < dim; ++i) {
-      const float xhat = xr[i] * inv;
-      acc[i % 16] = __builtin_fmaf(dyr[i] * w[i], xhat, acc[i % 16]);
-      if (dw) dw[i] = __builtin_fmaf(dyr[i], xhat, dw[i]);
-    }
-    const float mean = lane_tree(acc) / static_cast<float>(dim);
-    for (int64_t i = 0; i < dim; ++i) dxr[i] = inv * (dyr[i] * w[i] - (xr[i] * inv) * mean);
-  }
+  bwd().rmsnorm(dx, dw, dy, x, w, rows, dim, eps);
 }
-
-void rope_backward(float* dx, int64_t heads, int64_t head_dim, const float* c, const float* s) {
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < heads; ++h) {
-    float* xh = dx + h * head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      const float y1 = xh[i], y2 = xh[i + half];
-      xh[i] = y1 * c[i] + y2 * s[i];
-      xh[i + half] = y2 * c[i] - y1 * s[i];
-    }
-  }
+void rope_backward(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
+  bwd().rope(dx, heads, head_dim, cos, sin);
 }
-
 void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i], u = up[i], d = dh[i];
-    const float sg = sigmoid_f(g);
-    const float silu = g * sg;  // = silu_f(g)
-    dup[i] = d * silu;
-    dgate[i] = (d * u) * (sg * (1.0f + g * (1.0f - sg)));
-  }
+  bwd().swiglu(dgate, dup, dh, gate, up, n);
 }
-
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd,
                         float scale, float* scores) {
-  const int64_t group = heads / kv_heads;
-  for (int64_t h = 0; h < heads; ++h) {
-    const int64_t g = h / group;
-    const float* qh = q + h * hd;
-    const float* doh = dout + h * hd;
-    float* dqh = dq + h * hd;
-    // p, bit for bit as attention_forward (the same function, scalar build).
-    detail::kOpsScalar.attention_probs(scores, qh, k + g * hd, npos, kv_stride, hd, scale);
-    // Pass 1: D = sum_j p_j dp_j, and dv_j += p_j * dout_h.
-    float dsum = 0.0f;
-    for (int64_t j = 0; j < npos; ++j) {
-      const float* vj = v + j * kv_stride + g * hd;
-      float* dvj = dv + j * kv_stride + g * hd;
-      const float p = scores[j];
-      dsum = __builtin_fmaf(p, dot_seq(doh, vj, hd), dsum);
-      for (int64_t d = 0; d < hd; ++d) dvj[d] = __builtin_fmaf(p, doh[d], dvj[d]);
-    }
-    // Pass 2: ds_j = p_j (dp_j - D) (dp_j recomputed, identical), dq_h and dk_j.
-    for (int64_t d = 0; d < hd; ++d) dqh[d] = 0.0f;
-    for (int64_t j = 0; j < npos; ++j) {
-      const float* kj = k + j * kv_stride + g * hd;
-      const float* vj = v + j * kv_stride + g * hd;
-      float* dkj = dk + j * kv_stride + g * hd;
-      const float ds = scores[j] * (dot_seq(doh, vj, hd) - dsum);
-      const float sds = scale * ds;
-      for (int64_t d = 0; d < hd; ++d) {
-        dqh[d] = __builtin_fmaf(ds, kj[d], dqh[d]);
-        dkj[d] = __builtin_fmaf(sds, qh[d], dkj[d]);
-      }
-    }
-    for (int64_t d = 0; d < hd; ++d) dqh[d] = dqh[d] * scale;
-  }
+  bwd().attention(dq, dk, dv, dout, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
-
 void log_softmax_gather_backward(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
                                  int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * n;
-    float* dl = dlogits + r * n;
-    const float g = dlogp[r];
-    if (g == 0.0f) {
-      for (int64_t i = 0; i < n; ++i) dl[i] = 0.0f;
-      continue;
-    }
-    const float lse = detail::kOpsScalar.logsumexp(x, n);  // the forward's own
-    for (int64_t i = 0; i < n; ++i) dl[i] = -g * exp_f(x[i] - lse);
-    const int64_t t = targets[r];
-    dl[t] = g * (1.0f - exp_f(x[t] - lse));
-  }
+  bwd().log_softmax_gather(dlogits, logits, targets, dlogp, rows, n);
 }
-
 void softmax_backward(float* dx, const float* y, const float* dy, int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* yr = y + r * n;
-    const float* dyr = dy + r * n;
-    float* dxr = dx + r * n;
-    const float s = dot_canonical(yr, dyr, n);
-    for (int64_t i = 0; i < n; ++i) dxr[i] = yr[i] * (dyr[i] - s);
-  }
+  bwd().softmax(dx, y, dy, rows, n);
 }
-
 void moe_route_backward(float* dlogits, const float* logits, const int32_t* experts, const float* dweights,
                         int64_t rows, int64_t num_experts, int64_t k, bool renormalize) {
-  std::vector<float> p(num_experts), dp(k);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t* e = experts + r * k;
-    const float* dw = dweights + r * k;
-    float* dl = dlogits + r * num_experts;
-    for (int64_t i = 0; i < num_experts; ++i) p[i] = logits[r * num_experts + i];
-    detail::kOpsScalar.softmax(p.data(), 1, num_experts);  // as moe_route
-    // dp over the chosen, rank order.
-    if (renormalize) {
-      float total = 0.0f;
-      for (int64_t j = 0; j < k; ++j) total = total + p[e[j]];  // as moe_route
-      float c = 0.0f;
-      for (int64_t j = 0; j < k; ++j) c = __builtin_fmaf(dw[j], p[e[j]] / total, c);
-      for (int64_t j = 0; j < k; ++j) dp[j] = (dw[j] - c) / total;
-    } else {
-      for (int64_t j = 0; j < k; ++j) dp[j] = dw[j];
-    }
-    float s = 0.0f;
-    for (int64_t j = 0; j < k; ++j) s = __builtin_fmaf(p[e[j]], dp[j], s);
-    for (int64_t i = 0; i < num_experts; ++i) dl[i] = p[i] * (0.0f - s);
-    for (int64_t j = 0; j < k; ++j) dl[e[j]] = p[e[j]] * (dp[j] - s);
-  }
+  bwd().moe_route(dlogits, logits, experts, dweights, rows, num_experts, k, renormalize);
 }
 
 }  // namespace mxrl

@@ -455,5 +455,85 @@ TEST(MoeRouteBackward, SingleRenormalizedExpertHasZeroGradient) {
   for (float x : dl) EXPECT_EQ(x, 0.0f);
 }
 
+// The AVX-512 build of every backward op equals the scalar build bit for bit.
+TEST(OpsBackwardBackends, Avx512BuildMatchesScalarBuild) {
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const auto& a = detail::kOpsBackwardScalar;
+  const auto& b = detail::kOpsBackwardAvx512;
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+    ASSERT_EQ(x.size(), y.size()) << what;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(f32_bits(x[i]), f32_bits(y[i])) << what << " " << i;
+  };
+  const int64_t rows = 7, dim = 80, heads = 4, kvh = 2, hd = 16, npos = 37, stride = kvh * hd, E = 8, K = 2, V = 50;
+  {  // rmsnorm
+    const auto x = rnd(rows * dim), w = rnd(dim), dy = rnd(rows * dim);
+    std::vector<float> dx1(rows * dim), dx2(rows * dim), dw1 = rnd(dim), dw2 = dw1;
+    a.rmsnorm(dx1.data(), dw1.data(), dy.data(), x.data(), w.data(), rows, dim, 1e-6f);
+    b.rmsnorm(dx2.data(), dw2.data(), dy.data(), x.data(), w.data(), rows, dim, 1e-6f);
+    same(dx1, dx2, "rmsnorm dx");
+    same(dw1, dw2, "rmsnorm dw");
+  }
+  {  // rope, swiglu, embedding
+    const auto c = rnd(hd / 2), sn = rnd(hd / 2);
+    auto x1 = rnd(heads * hd), x2 = x1;
+    a.rope(x1.data(), heads, hd, c.data(), sn.data());
+    b.rope(x2.data(), heads, hd, c.data(), sn.data());
+    same(x1, x2, "rope");
+    const auto g = rnd(dim), u = rnd(dim), dh = rnd(dim);
+    std::vector<float> dg1(dim), du1(dim), dg2(dim), du2(dim);
+    a.swiglu(dg1.data(), du1.data(), dh.data(), g.data(), u.data(), dim);
+    b.swiglu(dg2.data(), du2.data(), dh.data(), g.data(), u.data(), dim);
+    same(dg1, dg2, "swiglu dgate");
+    same(du1, du2, "swiglu dup");
+    const std::vector<int32_t> toks = {3, 1, 3, 0};
+    const auto dout = rnd(4 * dim);
+    auto t1 = rnd(5 * dim), t2 = t1;
+    a.embedding(t1.data(), dout.data(), toks.data(), 4, dim);
+    b.embedding(t2.data(), dout.data(), toks.data(), 4, dim);
+    same(t1, t2, "embedding");
+  }
+  {  // attention
+    const auto q = rnd(heads * hd), k = rnd(npos * stride), v = rnd(npos * stride), dout = rnd(heads * hd);
+    std::vector<float> dq1(heads * hd), dq2(heads * hd), sc(npos);
+    auto dk1 = rnd(npos * stride), dk2 = dk1, dv1 = rnd(npos * stride), dv2 = dv1;
+    a.attention(dq1.data(), dk1.data(), dv1.data(), dout.data(), q.data(), k.data(), v.data(), npos, stride, heads,
+                kvh, hd, 0.25f, sc.data());
+    b.attention(dq2.data(), dk2.data(), dv2.data(), dout.data(), q.data(), k.data(), v.data(), npos, stride, heads,
+                kvh, hd, 0.25f, sc.data());
+    same(dq1, dq2, "attention dq");
+    same(dk1, dk2, "attention dk");
+    same(dv1, dv2, "attention dv");
+  }
+  {  // log-softmax, softmax, routing
+    const auto logits = rnd(rows * V), dlp = rnd(rows);
+    std::vector<int32_t> tg(rows);
+    for (int64_t r = 0; r < rows; ++r) tg[r] = static_cast<int32_t>((r * 7) % V);
+    std::vector<float> d1(rows * V), d2(rows * V);
+    a.log_softmax_gather(d1.data(), logits.data(), tg.data(), dlp.data(), rows, V);
+    b.log_softmax_gather(d2.data(), logits.data(), tg.data(), dlp.data(), rows, V);
+    same(d1, d2, "log_softmax_gather");
+    const auto y = rnd(rows * V), dy = rnd(rows * V);
+    a.softmax(d1.data(), y.data(), dy.data(), rows, V);
+    b.softmax(d2.data(), y.data(), dy.data(), rows, V);
+    same(d1, d2, "softmax");
+    const auto rl = rnd(rows * E), dw = rnd(rows * K);
+    std::vector<int32_t> ex(rows * K);
+    for (int64_t r = 0; r < rows; ++r) ex[r * K] = static_cast<int32_t>(r % E), ex[r * K + 1] = static_cast<int32_t>((r + 3) % E);
+    for (bool renorm : {false, true}) {
+      std::vector<float> m1(rows * E), m2(rows * E);
+      a.moe_route(m1.data(), rl.data(), ex.data(), dw.data(), rows, E, K, renorm);
+      b.moe_route(m2.data(), rl.data(), ex.data(), dw.data(), rows, E, K, renorm);
+      same(m1, m2, "moe_route");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mxrl

@@ -20,10 +20,30 @@ struct OpsKernels {
                           float scale);
 };
 
+// The backward ops (kernels/ops_backward.h), one entry each.
+struct OpsBackwardKernels {
+  void (*embedding)(float* dtable, const float* dout, const int32_t* tokens, int64_t n, int64_t dim);
+  void (*rmsnorm)(float* dx, float* dw, const float* dy, const float* x, const float* w, int64_t rows, int64_t dim,
+                  float eps);
+  void (*rope)(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
+  void (*swiglu)(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n);
+  void (*attention)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                    const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd,
+                    float scale, float* scores);
+  void (*log_softmax_gather)(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
+                             int64_t rows, int64_t n);
+  void (*softmax)(float* dx, const float* y, const float* dy, int64_t rows, int64_t n);
+  void (*moe_route)(float* dlogits, const float* logits, const int32_t* experts, const float* dweights,
+                    int64_t rows, int64_t num_experts, int64_t k, bool renormalize);
+};
+
 extern const OpsKernels kOpsScalar;
+extern const OpsBackwardKernels kOpsBackwardScalar;
 #if defined(__x86_64__)
 extern const OpsKernels kOpsAvx512;
+extern const OpsBackwardKernels kOpsBackwardAvx512;
 #endif
 const OpsKernels& ops_kernels(Backend b);  // b resolved with resolve_backend
+const OpsBackwardKernels& ops_backward_kernels(Backend b);
 
 }  // namespace mxrl::detail
