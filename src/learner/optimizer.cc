@@ -65,7 +65,10 @@ OptimConfig OptimConfig::from_json(const nlohmann::json& j) {
   const char* ctx = "optimizer config";
   if (!j.is_object()) fail("{}: expected a JSON object, got {}", ctx, j.type_name());
   OptimConfig c;
-  for (const auto& [key, val] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    // Named references, not a structured binding: clang 14 cannot capture those in lambdas.
+    const std::string& key = it.key();
+    const nlohmann::json& val = it.value();
     auto num = [&](double& out) {
       if (!val.is_number()) fail("{}: {} must be a number, got {}", ctx, key, val.type_name());
       out = val.get<double>();
