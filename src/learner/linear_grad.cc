@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/transpose.h"
+#include "numerics/bf16.h"
 #include "numerics/formats.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -10,24 +12,6 @@
 namespace mxrl {
 
 namespace {
-// out[cols, rows_padded] = in[rows, cols]^T, zero rows appended up to rows_padded.
-void transpose(const float* in, int64_t rows, int64_t cols, int64_t rows_padded, float* out, const Exec& exec) {
-  constexpr int64_t B = 32;
-  parallel_for(exec.pool, (cols + B - 1) / B, [&](int64_t b0, int64_t b1) {
-    for (int64_t cb = b0; cb < b1; ++cb) {
-      const int64_t c0 = cb * B, c1 = std::min(cols, c0 + B);
-      for (int64_t r0 = 0; r0 < rows; r0 += B)
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < std::min(rows, r0 + B); ++r) out[c * rows_padded + r] = in[r * cols + c];
-      for (int64_t c = c0; c < c1; ++c) std::fill(out + c * rows_padded + rows, out + (c + 1) * rows_padded, 0.0f);
-    }
-  });
-}
-
-void round_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
-}
-
 // x[rows, cols] replaced by its row-block MX quantization, dequantized (exact).
 void mx_round_rows(float* x, int64_t rows, int64_t cols, ElemType elem, ScaleRule rule, const Exec& exec) {
   std::vector<uint8_t> codes(rows * cols), scales(mx_num_scales(rows, cols, Axis::Row));
@@ -48,7 +32,7 @@ PackedWeight pack_as(const LinearPrecision& prec, const float* a, int64_t rows, 
     case Precision::FP32: v.fmt = WFormat::F32, v.data = a; break;
     case Precision::BF16:
       bf.resize(rows * cols);
-      for (int64_t i = 0; i < rows * cols; ++i) bf[i] = f32_to_bf16(a[i]);
+      bf16_encode(a, rows * cols, bf.data(), exec);
       v.fmt = WFormat::BF16, v.data = bf.data();
       break;
     case Precision::MXFP8: {
@@ -66,7 +50,7 @@ PackedWeight pack_as(const LinearPrecision& prec, const float* a, int64_t rows, 
 // The gradient operand (dY or dY^T) on the layer's grid, in place.
 void round_grad(const LinearPrecision& prec, ElemType grad_elem, float* a, int64_t rows, int64_t cols,
                 const Exec& exec) {
-  if (prec.precision == Precision::BF16) round_bf16(a, rows * cols);
+  if (prec.precision == Precision::BF16) bf16_round(a, rows * cols, a, exec);
   if (prec.precision == Precision::MXFP8) mx_round_rows(a, rows, cols, grad_elem, prec.rule, exec);
 }
 }  // namespace
@@ -79,7 +63,7 @@ PackedWeight prepare_dgrad_weight(const std::string& name, const float* w, int64
     fail("{}: out features ({}) must be a multiple of {} for the MX dgrad (W col blocks)", name, n, kMxBlock);
   std::vector<float> wt(k * n);
   transpose(w, n, k, n, wt.data(), exec);
-  if (prec.precision != Precision::FP32) round_bf16(wt.data(), k * n);  // the compute copy
+  if (prec.precision != Precision::FP32) bf16_round(wt.data(), k * n, wt.data(), exec);  // the compute copy
   return pack_as(prec, wt.data(), k, n, exec);
 }
 

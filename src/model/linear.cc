@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "numerics/bf16.h"
 #include "numerics/formats.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -9,9 +10,9 @@
 namespace mxrl {
 
 namespace {
-std::vector<uint16_t> to_bf16(const float* w, int64_t n) {
+std::vector<uint16_t> to_bf16(const float* w, int64_t n, const Exec& exec) {
   std::vector<uint16_t> b(n);
-  for (int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(w[i]);
+  bf16_encode(w, n, b.data(), exec);
   return b;
 }
 
@@ -32,11 +33,11 @@ PreparedLinear PreparedLinear::prepare(const std::string& name, const float* w, 
   L.k = k;
   switch (prec.precision) {
     case Precision::FP32: L.f32.assign(w, w + n * k); break;
-    case Precision::BF16: L.bf16 = to_bf16(w, n * k); break;
+    case Precision::BF16: L.bf16 = to_bf16(w, n * k, exec); break;
     case Precision::MXFP8: {
       if (k % kMxBlock != 0)
         fail("{}: in features ({}) must be a multiple of {} for {}", name, k, kMxBlock, prec.str());
-      const auto compute = to_bf16(w, n * k);
+      const auto compute = to_bf16(w, n * k, exec);
       L.codes.resize(n * k);
       L.mx_scales.resize(mx_num_scales(n, k, Axis::Row));
       const MxConfig cfg{prec.elem, prec.rule, Axis::Row, Rounding::RNE, 0};
@@ -45,7 +46,7 @@ PreparedLinear PreparedLinear::prepare(const std::string& name, const float* w, 
     }
     case Precision::FP8Tensor:
     case Precision::FP8Block128: {
-      const auto compute = to_bf16(w, n * k);
+      const auto compute = to_bf16(w, n * k, exec);
       const Fp8Grid g = weight_grid(prec.precision, n, k);
       L.codes.resize(n * k);
       L.fp8_scales.resize(fp8_num_scales(n, k, g));
@@ -121,7 +122,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, const LinearPrec
   switch (prec.precision) {
     case Precision::FP32: std::memcpy(out, x, m * k * sizeof(float)); return;
     case Precision::BF16:
-      for (int64_t i = 0; i < m * k; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      bf16_round(x, m * k, out, exec);
       return;
     case Precision::MXFP8: {
       std::vector<uint8_t> codes(m * k), scales(mx_num_scales(m, k, Axis::Row));

@@ -1,8 +1,10 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "numerics/bf16.h"
 #include "numerics/formats.h"
 #include "numerics/fp8_grid.h"
 #include "util/error.h"
@@ -18,7 +20,8 @@ Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
             [&](int i, const ParamInfo& p, float* dst) {
               const float* src = params.data(i);
               const bool bf16 = plan_.bf16_embeddings;
-              for (int64_t j = 0; j < p.numel; ++j) dst[j] = bf16 ? bf16_to_f32(f32_to_bf16(src[j])) : src[j];
+              if (bf16) bf16_round(src, p.numel, dst, exec);
+              else std::copy(src, src + p.numel, dst);
             }) {}
 
 Model Model::from_shipment(const ModelConfig& cfg, PrecisionPlan plan, const WeightShipment& s, const Exec& exec) {
