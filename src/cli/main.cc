@@ -1,4 +1,7 @@
 // mxrl: end-to-end MXFP8 reinforcement learning of language models.
+#include <malloc.h>
+
+#include <climits>
 #include <cstdio>
 #include <exception>
 
@@ -11,7 +14,17 @@ static bool has_command(CLI::App& app, const char* name) {
   return false;
 }
 
+// Large buffers (activations, gradients of a micro-batch) are allocated and
+// freed every micro-batch. glibc would mmap each one over 32 MiB afresh and
+// the kernel zero its pages every time: at 16k-token micro-batches that was
+// half of a training step. Serve them from the heap and keep freed memory.
+static void keep_freed_memory() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+}
+
 int main(int argc, char** argv) {
+  keep_freed_memory();
   CLI::App app{"mxrl: MXFP8 training and rollout that agree to the bit", "mxrl"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mxrl 0.1");
