@@ -20,7 +20,7 @@ struct DemoArgs : SftCliArgs {
   DemoArgs() {
     out = "mxrl-demo";
     cfg.task = "addition:digits=3";
-    cfg.steps = 600;
+    cfg.steps = 1200;
     cfg.batch_size = 64;
     cfg.eval_every = 200;
     cfg.eval_problems = 200;
