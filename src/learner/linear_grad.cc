@@ -14,10 +14,7 @@ namespace mxrl {
 namespace {
 // x[rows, cols] replaced by its row-block MX quantization, dequantized (exact).
 void mx_round_rows(float* x, int64_t rows, int64_t cols, ElemType elem, ScaleRule rule, const Exec& exec) {
-  std::vector<uint8_t> codes(rows * cols), scales(mx_num_scales(rows, cols, Axis::Row));
-  const MxConfig cfg{elem, rule, Axis::Row, Rounding::RNE, 0};
-  mx_quantize(x, InType::F32, rows, cols, cfg, codes.data(), scales.data(), exec);
-  mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, x, exec);
+  mx_round_trip_rows(x, rows, cols, {elem, rule, Axis::Row, Rounding::RNE, 0}, x, exec);
 }
 
 // A [rows, cols] FP32 matrix packed as a GEMM weight in the layer's format:

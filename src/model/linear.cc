@@ -124,13 +124,9 @@ void quantize_activations(const float* x, int64_t m, int64_t k, const LinearPrec
     case Precision::BF16:
       bf16_round(x, m * k, out, exec);
       return;
-    case Precision::MXFP8: {
-      std::vector<uint8_t> codes(m * k), scales(mx_num_scales(m, k, Axis::Row));
-      const MxConfig cfg{prec.elem, prec.rule, Axis::Row, Rounding::RNE, 0};
-      mx_quantize(x, InType::F32, m, k, cfg, codes.data(), scales.data(), exec);
-      mx_dequantize(codes.data(), scales.data(), m, k, prec.elem, Axis::Row, out, exec);
+    case Precision::MXFP8:
+      mx_round_trip_rows(x, m, k, {prec.elem, prec.rule, Axis::Row, Rounding::RNE, 0}, out, exec);
       return;
-    }
     case Precision::FP8Tensor:
     case Precision::FP8Block128: {
       const Fp8Grid g = activation_grid(prec.precision, k);

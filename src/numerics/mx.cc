@@ -1,6 +1,7 @@
 #include "numerics/mx.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "numerics/quant_kernels.h"
 #include "util/error.h"
@@ -96,6 +97,22 @@ void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, in
       k.mx_dequant_col(codes, scales, cols, g, g + 1, c0, c1, elem, out);
     });
   }
+}
+
+void mx_round_trip_rows(const float* x, int64_t rows, int64_t cols, const MxConfig& cfg, float* out,
+                        const Exec& exec) {
+  if (cfg.axis != Axis::Row) fail("mx_round_trip_rows: row blocks only");
+  check_shape(rows, cols, cfg.axis);
+  const auto& k = detail::quant_kernels(exec.backend);
+  // Whole-tensor buffers (the kernels index them globally, as stochastic
+  // rounding counts elements globally), left uninitialised: every byte is
+  // written before it is read.
+  std::unique_ptr<uint8_t[]> codes(new uint8_t[rows * cols]), scales(new uint8_t[mx_num_scales(rows, cols, Axis::Row)]);
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
+  parallel_for(exec.pool, rows, [&](int64_t r0, int64_t r1) {
+    k.mx_quant_row(x, InType::F32, cols, r0, r1, cfg, codes.get(), scales.get());
+    k.mx_dequant_row(codes.get(), scales.get(), cols, r0, r1, cfg.elem, out);
+  }, grain);
 }
 
 }  // namespace mxrl

@@ -67,4 +67,10 @@ void mx_quantize(const void* x, InType in, int64_t rows, int64_t cols, const MxC
 void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
                    ElemType elem, Axis axis, float* out, const Exec& exec = {});
 
+// out = mx_dequantize(mx_quantize(x)) for row blocks (cfg.axis must be Row):
+// the same bits, made in one pass over the data (each thread quantizes a
+// range of rows and decodes it while it is in cache). out may equal x.
+void mx_round_trip_rows(const float* x, int64_t rows, int64_t cols, const MxConfig& cfg, float* out,
+                        const Exec& exec = {});
+
 }  // namespace mxrl

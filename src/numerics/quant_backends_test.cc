@@ -11,6 +11,7 @@
 
 #include "numerics/fp8_grid.h"
 #include "numerics/mx.h"
+#include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -116,6 +117,36 @@ TEST(QuantBackends, MxQuantizeMatchesScalarReference) {
               mx_dequantize(c0.data(), s0.data(), rows, cols, t, axis, y1.data(), {&pool, be});
               expect_same_bits(y0, y1, what + " dequant");
             }
+}
+
+// The one-pass round trip (activations and gradients on the MX grid) is the
+// scalar quantize-then-dequantize, bit for bit, in place or not.
+TEST(QuantBackends, MxRoundTripRowsIsQuantizeThenDequantize) {
+  ThreadPool pool(3);
+  uint32_t seed = 500;
+  for (Backend be : backends())
+    for (ElemType t : kAllElemTypes)
+      for (ScaleRule rule : {ScaleRule::Floor, ScaleRule::RCeil})
+        for (Rounding rnd : {Rounding::RNE, Rounding::Stochastic}) {
+          const int64_t rows = 67, cols = 96;
+          const std::vector<float> x = edge_case_tensor(rows, cols, ++seed);
+          const MxConfig cfg{t, rule, Axis::Row, rnd, seed};
+          std::vector<uint8_t> c(rows * cols), sc(mx_num_scales(rows, cols, Axis::Row));
+          std::vector<float> want(rows * cols), got(rows * cols), in_place = x;
+          mx_quantize(x.data(), InType::F32, rows, cols, cfg, c.data(), sc.data(), {nullptr, Backend::Scalar});
+          mx_dequantize(c.data(), sc.data(), rows, cols, t, Axis::Row, want.data(), {nullptr, Backend::Scalar});
+          mx_round_trip_rows(x.data(), rows, cols, cfg, got.data(), {&pool, be});
+          mx_round_trip_rows(in_place.data(), rows, cols, cfg, in_place.data(), {nullptr, be});
+          const std::string what = std::string(backend_name(be)) + " " + elem_traits(t).name + " " +
+                                   scale_rule_name(rule) + " " + rounding_name(rnd);
+          expect_same_bits(want, got, what);
+          expect_same_bits(want, in_place, what + " in place");
+        }
+  const std::vector<float> x(64, 1.0f);
+  std::vector<float> y(64);
+  EXPECT_THROW(mx_round_trip_rows(x.data(), 32, 2, {ElemType::E4M3, ScaleRule::RCeil, Axis::Col, Rounding::RNE, 0},
+                                  y.data()),
+               Error);
 }
 
 TEST(QuantBackends, MxDequantizeOfArbitraryBytes) {
