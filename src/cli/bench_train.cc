@@ -117,9 +117,11 @@ void bench_train(const TrainBenchArgs& a) {
   struct Fit { double fixed, per_token; };
   std::map<std::string, Fit> fits;
   std::string fits_text;
-  for (const std::string& recipe : a.recipes) {
-    std::vector<double> bs, cs;
-    for (int64_t b : budgets) {
+  // Budgets outer, recipes inner: each ratio compares runs made minutes, not a
+  // whole sweep, apart (this machine's speed drifts by +-20% over a sweep).
+  std::map<std::string, std::vector<double>> bs, cs;  // recipe -> micro-batch tokens, seconds
+  for (int64_t b : budgets)
+    for (const std::string& recipe : a.recipes) {
       const Timing t = time_steps(params, recipe, b, a.requant_every_microbatch, batch, a.reps, pool);
       const double tps = a.tokens / t.step;
       if (!base.count(b)) base[b] = tps;
@@ -135,18 +137,19 @@ void bench_train(const TrainBenchArgs& a) {
         fmt::print("{:<8} {:>7} {:>4} {:>9.0f} {:>8.2f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | {:>8.1f} {:>8.1f}\n",
                    recipe, b, t.micro_batches, tps, tps / base[b], t.weight_quant, t.act_quant, t.gemm, t.optimizer,
                    t.rest(), per_mb * 1e3, per_mb / mb_tokens * 1e6);
-      bs.push_back(mb_tokens);
-      cs.push_back(per_mb);
+      bs[recipe].push_back(mb_tokens);
+      cs[recipe].push_back(per_mb);
     }
-    if (a.sweep) {
-      const Line l = fit_line(bs, cs);
+  if (a.sweep)
+    for (const std::string& recipe : a.recipes) {
+      if (fits.count(recipe)) continue;  // named twice
+      const Line l = fit_line(bs[recipe], cs[recipe]);
       fits[recipe] = {l.a, l.b};
       j["fits"][recipe] = {{"fixed_per_microbatch_s", l.a}, {"per_token_s", l.b}, {"r2", l.r2}};
       if (!a.json)
         fits_text += fmt::format("  {:<8} fixed {:8.2f} ms   per token {:7.2f} us   (R^2 {:.3f}){}\n", recipe, l.a * 1e3,
                                  l.b * 1e6, l.r2, l.a < 0 ? "  no fixed cost resolved: per-token cost grows with B" : "");
     }
-  }
   if (a.sweep && fits.size() >= 2) {
     const std::string& first = a.recipes[0];  // the baseline
     const Fit& bf = fits.at(first);
