@@ -114,8 +114,7 @@ void bench_train(const TrainBenchArgs& a) {
                a.requant_every_microbatch ? "micro-batch" : "step", "recipe", "budget", "mbs", "tokens/s",
                "x " + a.recipes[0], "w-quant", "a-quant", "gemm", "adamw", "rest", "mb ms", "us/token");
   std::map<int64_t, double> base;  // budget -> tokens/s of the first recipe
-  struct Fit { double fixed, per_token; };
-  std::map<std::string, Fit> fits;
+  std::map<std::string, Line> fits;  // recipe -> fixed (a) + per-token (b) cost of a micro-batch
   std::string fits_text;
   // Budgets outer, recipes inner: each ratio compares runs made minutes, not a
   // whole sweep, apart (this machine's speed drifts by +-20% over a sweep).
@@ -143,8 +142,7 @@ void bench_train(const TrainBenchArgs& a) {
   if (a.sweep)
     for (const std::string& recipe : a.recipes) {
       if (fits.count(recipe)) continue;  // named twice
-      const Line l = fit_line(bs[recipe], cs[recipe]);
-      fits[recipe] = {l.a, l.b};
+      const Line l = fits[recipe] = fit_line(bs[recipe], cs[recipe]);
       j["fits"][recipe] = {{"fixed_per_microbatch_s", l.a}, {"per_token_s", l.b}, {"r2", l.r2}};
       if (!a.json)
         fits_text += fmt::format("  {:<8} fixed {:8.2f} ms   per token {:7.2f} us   (R^2 {:.3f}){}\n", recipe, l.a * 1e3,
@@ -152,7 +150,7 @@ void bench_train(const TrainBenchArgs& a) {
     }
   if (a.sweep && fits.size() >= 2) {
     const std::string& first = a.recipes[0];  // the baseline
-    const Fit& bf = fits.at(first);
+    const Line& bf = fits.at(first);
     if (!a.json)
       fmt::print("\nfit: a micro-batch of B tokens costs fixed + B * per_token ({})\n{}",
                  a.requant_every_microbatch ? "weight quantization included, AdamW excluded"
@@ -162,8 +160,8 @@ void bench_train(const TrainBenchArgs& a) {
     const double hi = static_cast<double>(*std::max_element(budgets.begin(), budgets.end()));
     for (const std::string& name : a.recipes) {
       if (name == first || !fits.count(name)) continue;
-      const Fit& f = fits.at(name);
-      const double dfix = f.fixed - bf.fixed, dtok = bf.per_token - f.per_token;
+      const Line& f = fits.at(name);
+      const double dfix = f.a - bf.a, dtok = bf.b - f.b;  // extra fixed cost, per-token saving
       std::string verdict;
       double cross = -1;
       if (dtok > 0 && dfix > 0) cross = dfix / dtok, verdict = fmt::format("{} is cheaper than {} from B = {:.0f} tokens per micro-batch", name, first, cross);

@@ -12,11 +12,6 @@
 namespace mxrl {
 
 namespace {
-// x[rows, cols] replaced by its row-block MX quantization, dequantized (exact).
-void mx_round_rows(float* x, int64_t rows, int64_t cols, ElemType elem, ScaleRule rule, const Exec& exec) {
-  mx_round_trip_rows(x, rows, cols, {elem, rule, Axis::Row, Rounding::RNE, 0}, x, exec);
-}
-
 // A [rows, cols] FP32 matrix packed as a GEMM weight in the layer's format:
 // FP32, BF16 bits, or MX codes of its row blocks.
 PackedWeight pack_as(const LinearPrecision& prec, const float* a, int64_t rows, int64_t cols, const Exec& exec) {
@@ -48,7 +43,8 @@ PackedWeight pack_as(const LinearPrecision& prec, const float* a, int64_t rows, 
 void round_grad(const LinearPrecision& prec, ElemType grad_elem, float* a, int64_t rows, int64_t cols,
                 const Exec& exec) {
   if (prec.precision == Precision::BF16) bf16_round(a, rows * cols, a, exec);
-  if (prec.precision == Precision::MXFP8) mx_round_rows(a, rows, cols, grad_elem, prec.rule, exec);
+  if (prec.precision == Precision::MXFP8)
+    mx_round_trip_rows(a, rows, cols, {grad_elem, prec.rule, Axis::Row, Rounding::RNE, 0}, a, exec);
 }
 }  // namespace
 

@@ -1,6 +1,5 @@
-// Bulk bfloat16 rounding: the same bits as f32_to_bf16 (formats.h), element
-// for element, in a branch-free loop the compiler vectorizes, split over the
-// pool. Used wherever a whole tensor goes onto the BF16 grid (compute copies,
+// Bulk bfloat16 rounding: f32_to_bf16 (formats.h, branch-free and inline, so
+// these loops vectorize) over a whole tensor, split over the pool. Used wherever a whole tensor goes onto the BF16 grid (compute copies,
 // BF16 activations and gradients).
 #pragma once
 #include <cstdint>

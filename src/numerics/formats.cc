@@ -119,12 +119,6 @@ float f16_to_f32(uint16_t h) {
   return out;
 }
 
-uint16_t f32_to_bf16(float x) {
-  const uint32_t u = f32_bits(x);
-  if (std::isnan(x)) return static_cast<uint16_t>((u >> 16) | 0x0040);  // keep payload, set quiet
-  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);    // RNE; overflow -> Inf
-}
-
 float e8m0_to_f32(uint8_t b) {
   if (b == kE8M0Nan) return std::numeric_limits<float>::quiet_NaN();
   return std::ldexp(1.0f, static_cast<int>(b) - 127);

@@ -49,7 +49,6 @@ uint8_t elem_encode_exact(ElemType t, double a_on_grid, bool negative);
 // subnormals kept.
 uint16_t f32_to_f16(float x);
 float f16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float x);
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
@@ -70,6 +69,15 @@ inline float f32_from_bits(uint32_t u) {
   float f;
   __builtin_memcpy(&f, &u, 4);
   return f;
+}
+
+// RNE on the upper half (overflow -> Inf); NaN keeps its payload, made quiet.
+// Branch-free, so loops over tensors vectorize it (numerics/bf16.h).
+inline uint16_t f32_to_bf16(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
 }  // namespace mxrl
