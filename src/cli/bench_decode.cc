@@ -71,7 +71,7 @@ ModelConfig qwen3_06b_config() {
   c.tie_word_embeddings = true;
   c.torch_dtype = "bfloat16";
   c.bos_token_id = 151643;
-  c.eos_token_id = 151645;
+  c.eos_token_ids = {151645};
   c.validate("qwen3-0.6b");
   return c;
 }

@@ -297,14 +297,29 @@ TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
 TEST_F(Cli, ScoreErrorsNameTheLine) {
   ASSERT_EQ(run(fmt::format("init --preset tiny-dense --out {}", path("m"))).rc, 0);
   struct Case { std::string content, phrase; };
-  for (const Case& c : {Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 1}\n{\"tokens\": [1,]}\n", ":2:"},
-                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 3}\n", "prompt_len 3"},
-                        Case{"{\"tokens\": [1, 999]}\n", "token id 999"},
-                        Case{"{\"ids\": [1, 2]}\n", ":1:"}}) {
-    std::ofstream(path("in.jsonl")) << c.content;
-    const CmdResult r = run(fmt::format("score --model {} --in {} --out {}", path("m"), path("in.jsonl"), path("o.jsonl")));
+  const std::string ok = "{\"tokens\": [1, 2, 3], \"prompt_len\": 1}\n";
+  const std::string in = path("in.jsonl");
+  // Each bad line follows a good one and a blank line: the error names line 3 (lines count from 1).
+  for (const Case& c : {Case{"{\"tokens\": [1,]}", ":3: not valid JSON"},
+                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 3}", ":3: \"prompt_len\": 3 is out of range [1, 2]"},
+                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 0}", ":3: \"prompt_len\": 0 is out of range [1, 2]"},
+                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 1.5}", ":3: \"prompt_len\": expected an integer, got 1.5"},
+                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": \"1\"}", ":3: \"prompt_len\": expected an integer"},
+                        Case{"{\"tokens\": [1, 999]}", ":3: \"tokens\"[1]: token id 999 is outside the vocabulary"},
+                        // The narrowings of issue 9: 2^32 + 5 was scored as 5, 2^40 as 0, 2.5 as 2.
+                        Case{"{\"tokens\": [1, 4294967301]}", ":3: \"tokens\"[1]: token id 4294967301 is outside"},
+                        Case{"{\"tokens\": [1099511627776, 1]}", ":3: \"tokens\"[0]: token id 1099511627776 is outside"},
+                        Case{"{\"tokens\": [1, 2.5]}", ":3: \"tokens\"[1]: 2.5 is not a token id"},
+                        Case{"{\"tokens\": [1, -1]}", ":3: \"tokens\"[1]: token id -1 is outside"},
+                        Case{"{\"tokens\": [1]}", ":3: a sequence needs at least 2 tokens"},
+                        Case{"{\"tokens\": " + nlohmann::json(std::vector<int>(5000, 1)).dump() + "}",
+                             ":3: 5000 tokens exceed the model's max_position_embeddings"},
+                        Case{"{\"ids\": [1, 2]}", ":3: expected {\"tokens\""}}) {
+    std::ofstream(in) << ok << "\n" << c.content << "\n" << ok;
+    const CmdResult r = run(fmt::format("score --model {} --in {} --out {}", path("m"), in, path("o.jsonl")));
     EXPECT_EQ(r.rc, 1) << c.content;
-    EXPECT_NE(r.err.find(c.phrase), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(in + c.phrase), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(fs::exists(path("o.jsonl")));
   }
   const CmdResult r = run(fmt::format("score --model {} --plan int3 --in {} --out {}", path("m"), path("in.jsonl"), path("o.jsonl")));

@@ -31,6 +31,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_read.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -67,12 +68,7 @@ std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Prompt p;
     p.line = lineno;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::parse_error& e) {
-      fail("{}:{}: not valid JSON: {}", path, lineno, e.what());
-    }
+    const json j = jsonr::parse(line, fmt::format("{}:{}", path, lineno));
     if (!j.is_object()) fail("{}:{}: {}", path, lineno, kShape);
     const bool has_prompt = j.contains("prompt"), has_tokens = j.contains("tokens");
     if (has_prompt == has_tokens) fail("{}:{}: {}", path, lineno, kShape);
@@ -88,18 +84,7 @@ std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg
         fail("{}:{}: {}", path, lineno, e.what());
       }
     } else {
-      if (!j["tokens"].is_array()) fail("{}:{}: \"tokens\" must be an array of token ids; {}", path, lineno, kShape);
-      p.tokens.reserve(j["tokens"].size());
-      for (const json& v : j["tokens"]) {
-        if (!v.is_number_integer())
-          fail("{}:{}: \"tokens\" holds {}, which is not a token id", path, lineno, v.dump().substr(0, 40));
-        const bool neg = !v.is_number_unsigned() && v.get<int64_t>() < 0;
-        const uint64_t u = neg ? 0 : v.get<uint64_t>();
-        if (neg || u >= static_cast<uint64_t>(cfg.vocab_size))
-          fail("{}:{}: unknown token id {}: outside the model's vocabulary [0, {})", path, lineno, v.dump(),
-               cfg.vocab_size);
-        p.tokens.push_back(static_cast<int32_t>(u));
-      }
+      p.tokens = jsonr::token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
     }
     if (p.tokens.empty()) fail("{}:{}: empty prompt", path, lineno);
     for (int32_t t : p.tokens)  // a tokenizer larger than the model's vocabulary
@@ -217,8 +202,8 @@ void run_generate(const GenerateArgs& a) {
     if (tk)
       for (const char* name : {"<|endoftext|>", "<|im_end|>"})
         if (auto id = tk->token_id(name); id && *id >= 0 && *id < cfg.vocab_size) stop.push_back(*id);
-    if (cfg.eos_token_id >= 0 && cfg.eos_token_id < cfg.vocab_size)
-      stop.push_back(static_cast<int32_t>(cfg.eos_token_id));
+    for (int64_t id : cfg.eos_token_ids)
+      if (id < cfg.vocab_size) stop.push_back(static_cast<int32_t>(id));
   }
   for (int64_t id : a.stop) {
     if (id < 0 || id >= cfg.vocab_size)

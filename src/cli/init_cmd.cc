@@ -39,9 +39,9 @@ ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
     else if (const toml::array* a = v.as_array()) {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& x : *a) {
-        auto xi = x.value<int64_t>();
+        const auto* xi = x.as_integer();  // not value<int64_t>(), which also takes 2.0
         if (!xi) fail("{}: '{}' must be an array of integers", path, k.str());
-        arr.push_back(*xi);
+        arr.push_back(xi->get());
       }
       j[std::string(k.str())] = arr;
     } else {
@@ -59,8 +59,8 @@ void run_init(const InitArgs& a) {
   ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, tk.vocab_size()) : preset_config(a.preset, tk.vocab_size());
   if (cfg.vocab_size < tk.vocab_size())
     fail("vocab_size {} is smaller than the character tokenizer's {}", cfg.vocab_size, tk.vocab_size());
-  cfg.eos_token_id = *tk.token_id("<|endoftext|>");
-  cfg.bos_token_id = cfg.eos_token_id;
+  cfg.eos_token_ids = {*tk.token_id("<|endoftext|>")};
+  cfg.bos_token_id = cfg.eos_token_ids[0];
   ParamTable params(cfg);
   init_params(params, a.seed, a.std);
   const st::DType dtype = a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32;

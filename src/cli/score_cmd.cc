@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "cli/commands.h"
@@ -12,6 +13,7 @@
 #include "model/score.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_read.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -23,39 +25,39 @@ struct ScoreArgs {
   int64_t batch_tokens = 4096;
 };
 
-std::vector<ScoreRequest> read_requests(const std::string& path) {
-  std::ifstream f(path);
+// Reads and validates every sequence against the model's config (token ids,
+// prompt_len, length); errors name file:line (lines count from 1) and the field.
+std::vector<ScoreRequest> read_requests(const std::string& path, const ModelConfig& cfg) {
+  std::ifstream f(path, std::ios::binary);
   if (!f) fail("{}: cannot open", path);
   std::vector<ScoreRequest> reqs;
   std::string line;
   for (int64_t lineno = 1; std::getline(f, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = jsonr::parse(line, fmt::format("{}:{}", path, lineno));
+    if (!j.is_object() || !j.contains("tokens"))
+      fail("{}:{}: expected {{\"tokens\": [ids...], \"prompt_len\": k}}", path, lineno);
     ScoreRequest r;
-    try {
-      const auto j = nlohmann::json::parse(line);
-      if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-        fail("{}:{}: expected {{\"tokens\": [ids...], \"prompt_len\": k}}", path, lineno);
-      r.tokens = j["tokens"].get<std::vector<int32_t>>();
-      r.prompt_len = j.value("prompt_len", int64_t{1});
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}:{}: {}", path, lineno, e.what());
-    }
-    if (r.tokens.size() < 2) fail("{}:{}: a sequence needs at least 2 tokens", path, lineno);
-    if (r.prompt_len < 1 || r.prompt_len >= static_cast<int64_t>(r.tokens.size()))
-      fail("{}:{}: prompt_len {} must be in [1, {}]", path, lineno, r.prompt_len, r.tokens.size() - 1);
+    r.tokens = jsonr::token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
+    const int64_t len = static_cast<int64_t>(r.tokens.size());
+    if (len < 2) fail("{}:{}: a sequence needs at least 2 tokens, got {}", path, lineno, len);
+    if (len > cfg.max_position_embeddings)
+      fail("{}:{}: {} tokens exceed the model's max_position_embeddings {}", path, lineno, len,
+           cfg.max_position_embeddings);
+    r.prompt_len = 1;  // documented default: score every token after the first
+    if (j.contains("prompt_len"))
+      r.prompt_len = jsonr::integer(j["prompt_len"], 1, len - 1, fmt::format("{}:{}: \"prompt_len\"", path, lineno));
     reqs.push_back(std::move(r));
   }
+  if (f.bad()) fail("{}: read error", path);
   return reqs;
 }
 
 void run_score(const ScoreArgs& a) {
   PrecisionPlan plan = PrecisionPlan::resolve(a.plan);  // fail fast on a bad plan
-  const auto reqs = read_requests(a.in);
+  // The config first (cheap), so that a bad input line fails before the weights load.
+  const auto reqs = read_requests(a.in, ModelConfig::load((std::filesystem::path(a.model) / "config.json").string()));
   const Checkpoint ck = load_checkpoint(a.model);
-  for (size_t i = 0; i < reqs.size(); ++i)
-    for (int32_t t : reqs[i].tokens)
-      if (t < 0 || t >= ck.config.vocab_size)
-        fail("{}: sequence {} has token id {} outside the vocabulary [0, {})", a.in, i + 1, t, ck.config.vocab_size);
   ThreadPool pool(a.threads);
   std::vector<std::vector<float>> out;
   std::string plan_name = plan.name;

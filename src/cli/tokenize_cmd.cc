@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace mxrl::cli {
 
@@ -23,12 +24,7 @@ struct TokenizeArgs {
 
 std::string process_line(const tok::Tokenizer& tk, const std::string& line, bool decode) {
   using nlohmann::json;
-  json j;
-  try {
-    j = json::parse(line);
-  } catch (const json::parse_error& e) {
-    fail("not valid JSON: {}", e.what());
-  }
+  const json j = jsonr::parse(line, "");
   if (!decode) {
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       fail("expected an object with \"text\" (a string)");
@@ -37,14 +33,7 @@ std::string process_line(const tok::Tokenizer& tk, const std::string& line, bool
   }
   if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
     fail("expected an object with \"ids\" (an array of token ids)");
-  std::vector<int32_t> ids;
-  ids.reserve(j["ids"].size());
-  for (const json& v : j["ids"]) {
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX)) ||
-        (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)))
-      fail("\"ids\" holds {}, which is not a token id", v.dump().substr(0, 40));
-    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
-  }
+  const std::vector<int32_t> ids = jsonr::token_ids(j["ids"], int64_t{1} << 31, "\"ids\"");
   return json{{"text", tk.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -68,12 +68,12 @@ std::shared_ptr<const Model> Learner::shared_model() {
 
 namespace {
 void check_sequence(const Sequence& s, const ModelConfig& c, size_t i) {
-  if (s.tokens.empty()) fail("sequence {}: empty", i);
+  if (s.tokens.empty()) fail("sequences[{}]: empty", i);
   if (s.target.size() != s.tokens.size())
-    fail("sequence {}: {} tokens but {} target flags", i, s.tokens.size(), s.target.size());
-  if (s.target[0]) fail("sequence {}: the first token cannot be a target", i);
+    fail("sequences[{}]: {} tokens but {} target flags", i, s.tokens.size(), s.target.size());
+  if (s.target[0]) fail("sequences[{}]: the first token cannot be a target", i);
   if (static_cast<int64_t>(s.tokens.size()) > c.max_position_embeddings)
-    fail("sequence {}: {} tokens exceed max_position_embeddings {}", i, s.tokens.size(), c.max_position_embeddings);
+    fail("sequences[{}]: {} tokens exceed max_position_embeddings {}", i, s.tokens.size(), c.max_position_embeddings);
 }
 
 // One micro-batch as a whole-sequence TokenBatch in a fresh cache.

@@ -11,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace mxrl {
 namespace fs = std::filesystem;
@@ -47,12 +48,7 @@ struct StateFile {
 
 StateFile parse_state_file(const fs::path& path) {
   const std::string file = path.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: invalid JSON: {}", file, e.what());
-  }
+  const nlohmann::json j = jsonr::parse(read_text(path), file);
   if (!j.is_object()) fail("{}: expected a JSON object, got {}", file, j.type_name());
   if (!j.contains("format")) fail("{}: no \"format\" (expected \"{}\")", file, kTrainStateFormat);
   if (!j["format"].is_string() || j["format"].get<std::string>() != kTrainStateFormat)

@@ -243,7 +243,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
 
   expect_error([&] { fs::remove(opt); }, opt, "missing");
   expect_error([&] { fs::remove(state); }, state, "missing");
-  expect_error([&] { set_state("{\"format\": "); }, state, "invalid JSON");
+  expect_error([&] { set_state("{\"format\": "); }, state, "not valid JSON");
   expect_error([&] { set_state("[1, 2]"); }, state, "expected a JSON object");
   expect_error([&] { set_state(R"({"format": "hf-trainer", "version": 1, "step": 1, "meta": {}})"); }, state,
                "format is \"hf-trainer\"");

@@ -11,6 +11,7 @@
 #include "numerics/formats.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace mxrl {
 namespace fs = std::filesystem;
@@ -83,12 +84,7 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   std::vector<std::string> files;
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text(index));
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}: invalid JSON: {}", index.string(), e.what());
-    }
+    const nlohmann::json j = jsonr::parse(read_text(index), index.string());
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: no weight_map object", index.string());
     std::set<std::string> seen;
@@ -177,7 +173,7 @@ void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config,
                       nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", wm}}.dump(2) + "\n");
   }
   nlohmann::json cj = config.to_json();
-  cj["torch_dtype"] = torch_dtype_name(dtype);
+  cj["torch_dtype"] = cj["dtype"] = torch_dtype_name(dtype);
   write_file_atomic((dir / "config.json").string(), cj.dump(2) + "\n");
   if (!tokenizer_json.empty()) write_file_atomic((dir / "tokenizer.json").string(), tokenizer_json);
   if (!tokenizer_config_json.empty())

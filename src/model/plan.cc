@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <limits>
 #include <fmt/format.h>
 
 #include "util/error.h"
@@ -105,9 +106,10 @@ std::vector<T> int_list(const toml::table& t, const char* key, const std::string
   const toml::array* a = t[key].as_array();
   if (!a) fail("{}: '{}' must be an array", where, key);
   for (const auto& x : *a) {
-    auto v = x.value<int64_t>();
-    if (!v || *v < 0) fail("{}: '{}' must hold non-negative integers", where, key);
-    out.push_back(static_cast<T>(*v));
+    const auto* v = x.as_integer();  // not value<int64_t>(), which also takes 2.0
+    if (!v || v->get() < 0 || v->get() > std::numeric_limits<int>::max())
+      fail("{}: '{}' must hold non-negative integers", where, key);
+    out.push_back(static_cast<T>(v->get()));
   }
   return out;
 }

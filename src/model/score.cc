@@ -11,11 +11,11 @@ std::vector<std::vector<float>> score_sequences(const Model& model, const std::v
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto& r = reqs[i];
     if (r.prompt_len < 1 || r.prompt_len > static_cast<int64_t>(r.tokens.size()))
-      fail("sequence {}: prompt_len {} must be in [1, {}]", i, r.prompt_len, r.tokens.size());
+      fail("sequences[{}]: prompt_len {} must be in [1, {}]", i, r.prompt_len, r.tokens.size());
     if (static_cast<int64_t>(r.tokens.size()) > c.max_position_embeddings)
-      fail("sequence {}: {} tokens exceed max_position_embeddings {}", i, r.tokens.size(), c.max_position_embeddings);
+      fail("sequences[{}]: {} tokens exceed max_position_embeddings {}", i, r.tokens.size(), c.max_position_embeddings);
     for (int32_t t : r.tokens)
-      if (t < 0 || t >= c.vocab_size) fail("sequence {}: token id {} out of range [0, {})", i, t, c.vocab_size);
+      if (t < 0 || t >= c.vocab_size) fail("sequences[{}]: token id {} out of range [0, {})", i, t, c.vocab_size);
   }
   std::vector<std::vector<float>> out(reqs.size());
   KvCache cache(c);

@@ -22,6 +22,7 @@ inline ModelConfig small_test_config(bool moe) {
     c.num_experts_per_tok = 2;
     c.moe_intermediate_size = 32;
     c.mlp_only_layers = {1};
+    c.norm_topk_prob = true;
     c.tie_word_embeddings = false;
   } else {
     c.tie_word_embeddings = true;

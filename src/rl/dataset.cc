@@ -8,22 +8,13 @@
 
 #include "rl/random.h"
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace mxrl::rl {
 
 namespace {
 
 constexpr uint64_t kDatasetStreamTag = 0x6A736F6E6Cull;  // "jsonl"
-
-// nlohmann's messages start with "[json.exception.parse_error.101] ".
-std::string json_message(const std::exception& e) {
-  std::string s = e.what();
-  if (s.starts_with("[json.exception.")) {
-    const size_t close = s.find("] ");
-    if (close != std::string::npos) s = s.substr(close + 2);
-  }
-  return s;
-}
 
 std::string read_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -56,12 +47,7 @@ std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::st
     const std::string_view line = text.substr(pos, nl - pos);
     pos = nl + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    json j;
-    try {
-      j = json::parse(line.begin(), line.end());
-    } catch (const json::exception& e) {
-      fail("{}:{}: invalid JSON: {}", path, line_no, json_message(e));
-    }
+    const json j = jsonr::parse(line, fmt::format("{}:{}", path, line_no));
     if (!j.is_object()) fail("{}:{}: not a JSON object ({})", path, line_no, j.type_name());
     Problem p;
     for (const char* key : {"prompt", "answer"}) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "sampler/engine.h"
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace mxrl::rl {
 
@@ -34,28 +36,35 @@ json SftConfig::to_json() const {
 }
 
 SftConfig SftConfig::from_json(const json& j) {
-  try {
-    SftConfig c;
-    c.task = j.at("task").get<std::string>();
-    c.steps = j.at("steps").get<int64_t>();
-    c.batch_size = j.at("batch_size").get<int64_t>();
-    c.seed = j.at("seed").get<uint64_t>();
-    c.eval_every = j.at("eval_every").get<int64_t>();
-    c.eval_problems = j.at("eval_problems").get<int64_t>();
-    c.max_new_tokens = j.at("max_new_tokens").get<int64_t>();
-    c.save_every = j.at("save_every").get<int64_t>();
-    const json& r = j.at("recipe");
-    c.learner.recipe.plan = r.at("plan").get<std::string>();
-    c.learner.recipe.hybrid = r.at("hybrid").get<bool>();
-    c.learner.recipe.floor = r.at("floor").get<bool>();
-    c.learner.recipe.requant_every_microbatch = r.at("requant_every_microbatch").get<bool>();
-    c.learner.micro_batch_tokens = j.at("micro_batch_tokens").get<int64_t>();
-    c.learner.aux_loss_coef = j.at("aux_loss_coef").get<double>();
-    c.learner.optim = OptimConfig::from_json(j.at("optim"));
-    return c;
-  } catch (const json::exception& e) {
-    fail("SFT settings: {}", e.what());
-  }
+  constexpr const char* ctx = "SFT settings";
+  if (!j.is_object()) fail("{}: expected a JSON object, got {}", ctx, j.type_name());
+  auto at = [&](const json& o, const char* key) -> const json& {
+    if (!o.is_object() || !o.contains(key)) fail("{}: missing \"{}\"", ctx, key);
+    return o[key];
+  };
+  auto where = [&](const char* key) { return fmt::format("{}: \"{}\"", ctx, key); };
+  auto int_at = [&](const char* key, int64_t lo) {
+    return jsonr::integer(at(j, key), lo, std::numeric_limits<int64_t>::max(), where(key));
+  };
+  SftConfig c;
+  c.task = jsonr::string(at(j, "task"), where("task"));
+  c.steps = int_at("steps", 1);
+  c.batch_size = int_at("batch_size", 1);
+  c.seed = jsonr::unsigned_integer(at(j, "seed"), where("seed"));
+  c.eval_every = int_at("eval_every", 0);
+  c.eval_problems = int_at("eval_problems", 0);
+  c.max_new_tokens = int_at("max_new_tokens", 0);
+  c.save_every = int_at("save_every", 0);
+  const json& r = at(j, "recipe");
+  c.learner.recipe.plan = jsonr::string(at(r, "plan"), where("recipe.plan"));
+  c.learner.recipe.hybrid = jsonr::boolean(at(r, "hybrid"), where("recipe.hybrid"));
+  c.learner.recipe.floor = jsonr::boolean(at(r, "floor"), where("recipe.floor"));
+  c.learner.recipe.requant_every_microbatch =
+      jsonr::boolean(at(r, "requant_every_microbatch"), where("recipe.requant_every_microbatch"));
+  c.learner.micro_batch_tokens = int_at("micro_batch_tokens", 1);
+  c.learner.aux_loss_coef = jsonr::number(at(j, "aux_loss_coef"), where("aux_loss_coef"));
+  c.learner.optim = OptimConfig::from_json(at(j, "optim"));
+  return c;
 }
 
 void SftConfig::validate() const {
@@ -116,8 +125,8 @@ void SftRun::init(ParamTable params, const std::string& tokenizer_json, const st
   tokenizer_json_ = tokenizer_json;
   tokenizer_config_json_ = tokenizer_config_json;
   const ModelConfig& c = params.config();
-  if (c.eos_token_id < 0 || c.eos_token_id >= c.vocab_size) fail("the model config has no valid eos_token_id");
-  eos_ = static_cast<int32_t>(c.eos_token_id);
+  if (c.eos_token_id() < 0 || c.eos_token_id() >= c.vocab_size) fail("the model config has no valid eos_token_id");
+  eos_ = static_cast<int32_t>(c.eos_token_id());
   if (tk_->vocab_size() > c.vocab_size)
     fail("the tokenizer has {} tokens, the model only {}", tk_->vocab_size(), c.vocab_size);
   max_new_ = cfg_.max_new_tokens;

@@ -25,7 +25,7 @@ std::string make_model_dir(const std::string& name, int layers = 2) {
   const auto tk = char_tokenizer();
   ModelConfig c = small_test_config(false);
   c.num_hidden_layers = layers;
-  c.eos_token_id = *tk.token_id("<|endoftext|>");
+  c.eos_token_ids = {*tk.token_id("<|endoftext|>")};
   c.validate("test");
   ParamTable p(c);
   init_params(p, 1);
