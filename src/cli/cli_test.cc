@@ -294,6 +294,50 @@ TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
   }
 }
 
+// Issue 9's acceptance: `mxrl score --plan fp32` on checkpoints saved, untouched,
+// by transformers 5.25 and 4.57, dense and MoE, matches transformers' own
+// log-probs (log_softmax of its FP32 logits) to 1e-4.
+TEST_F(Cli, ScoreMatchesTransformersOnCheckpointsItSaved) {
+  for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4",
+                           "qwen3-tiny-moe-hf4"}) {
+    const std::string dir = std::string(MXRL_SOURCE_DIR) + "/tests/data/" + name;
+    const st::File ref = st::File::open(dir + "/reference.safetensors");
+    const auto& tok = ref.at("tokens");
+    const auto& lg = ref.at("logits");
+    const int64_t rows = tok.shape[0], len = tok.shape[1], vocab = lg.shape[2];
+    std::vector<int32_t> tokens(tok.numel());
+    std::vector<float> logits(lg.numel());
+    std::memcpy(tokens.data(), tok.data.data(), tok.data.size());
+    std::memcpy(logits.data(), lg.data.data(), lg.data.size());
+    std::string in;
+    for (int64_t r = 0; r < rows; ++r)
+      in += nlohmann::json{{"tokens", std::vector<int32_t>(tokens.begin() + r * len, tokens.begin() + (r + 1) * len)},
+                           {"prompt_len", 1}}.dump() + "\n";
+    std::ofstream(path("fx.jsonl")) << in;
+    const CmdResult r = run(fmt::format("score --model {} --plan fp32 --in {} --out {}", dir, path("fx.jsonl"),
+                                        path("fx_out.jsonl")));
+    ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
+    std::istringstream lines(testing_cli::slurp(path("fx_out.jsonl")));
+    std::string line;
+    double worst = 0;
+    for (int64_t row = 0; std::getline(lines, line); ++row) {
+      ASSERT_LT(row, rows) << name;
+      const auto got = nlohmann::json::parse(line)["logprobs"];
+      ASSERT_EQ(static_cast<int64_t>(got.size()), len - 1) << name;
+      for (int64_t t = 0; t + 1 < len; ++t) {  // transformers: log_softmax(logits[t])[tokens[t + 1]], in FP64
+        const float* l = logits.data() + (row * len + t) * vocab;
+        double mx = l[0], sum = 0;
+        for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, double(l[v]));
+        for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(l[v]) - mx);
+        const double want = double(l[tokens[row * len + t + 1]]) - mx - std::log(sum);
+        worst = std::max(worst, std::fabs(got[t].get<double>() - want));
+      }
+    }
+    EXPECT_LE(worst, 1e-4) << name;
+    std::printf("%s: max |mxrl score - transformers| = %.3g nats\n", name, worst);
+  }
+}
+
 TEST_F(Cli, ScoreErrorsNameTheLine) {
   ASSERT_EQ(run(fmt::format("init --preset tiny-dense --out {}", path("m"))).rc, 0);
   struct Case { std::string content, phrase; };

@@ -288,11 +288,10 @@ ModelConfig ModelConfig::load(const std::string& path) {
 
 json ModelConfig::to_json() const {
   json j = {
-      {"architectures", {is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
+      {"architectures", {model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
-      {"intermediate_size", intermediate_size},
       {"num_hidden_layers", num_hidden_layers},
       {"num_attention_heads", num_attention_heads},
       {"num_key_value_heads", num_key_value_heads},
@@ -311,10 +310,11 @@ json ModelConfig::to_json() const {
       {"use_sliding_window", false},
       {"use_cache", true},
   };
+  if (intermediate_size > 0) j["intermediate_size"] = intermediate_size;  // unused when every layer is MoE
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
-  if (is_moe()) {
+  if (model_type == "qwen3_moe") {
     j["num_experts"] = num_experts;  // 4.x
     j["num_local_experts"] = num_experts;  // 5.x
     j["num_experts_per_tok"] = num_experts_per_tok;

@@ -169,14 +169,39 @@ void expect_matches_transformers(const std::string& name, double tol) {
   std::printf("%s: max |logit - transformers| = %.3g\n", name.c_str(), worst);
 }
 
+// config.json exactly as transformers 5.25 saves it (rope_parameters, num_local_experts, dtype).
 TEST(Fixtures, DenseFp32LogitsMatchTransformers) { expect_matches_transformers("qwen3-tiny-dense", 1e-4); }
 TEST(Fixtures, MoeFp32LogitsMatchTransformers) { expect_matches_transformers("qwen3-tiny-moe", 1e-4); }
 TEST(Fixtures, DenseBf16CheckpointLogitsMatchTransformers) {
   expect_matches_transformers("qwen3-tiny-dense-bf16", 1e-4);
 }
+// The same weights saved by transformers 4.57 (top-level rope_theta, rope_scaling null, num_experts).
+TEST(Fixtures, Transformers4DenseLogitsMatch) { expect_matches_transformers("qwen3-tiny-dense-hf4", 1e-4); }
+TEST(Fixtures, Transformers4MoeLogitsMatch) { expect_matches_transformers("qwen3-tiny-moe-hf4", 1e-4); }
+
+// The fixtures have teeth: read with the RoPE base mxrl used to fall back to
+// (10000, where they say 5e5 / 1e6), the logits are far off.
+TEST(Fixtures, AWrongRopeBaseIsCaught) {
+  for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe"}) {
+    Checkpoint ck = load_checkpoint(fixture(name));
+    ASSERT_NE(ck.config.rope_theta, 10000.0) << name;
+    ModelConfig wrong = ck.config;
+    wrong.rope_theta = 10000.0;
+    ParamTable params(wrong);
+    params.storage() = ck.params.storage();
+    const Reference ref = load_reference(fixture(name));
+    const Model model(params, PrecisionPlan::named("fp32"));
+    const std::vector<int32_t> toks(ref.tokens.begin(), ref.tokens.begin() + ref.len);
+    const auto logits = sequence_logits(model, toks);
+    double worst = 0;
+    for (int64_t i = 0; i < ref.len * ref.vocab; ++i) worst = std::max(worst, std::fabs(double(logits[i]) - ref.logits[i]));
+    EXPECT_GT(worst, 1e-2) << name;
+  }
+}
 
 TEST(Fixtures, CheckpointsResaveUnchanged) {
-  for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16"}) {
+  for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4",
+                           "qwen3-tiny-moe-hf4"}) {
     const Checkpoint a = load_checkpoint(fixture(name));
     const fs::path out = fs::temp_directory_path() / ("mxrl_resave_" + std::to_string(::getpid()));
     save_checkpoint(out.string(), a);
