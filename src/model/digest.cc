@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 #include "numerics/fp8_grid.h"
 #include "numerics/formats.h"
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace mxrl {
 
@@ -217,24 +219,24 @@ std::vector<TensorDigest> digests_from_json(const nlohmann::json& j) {
   std::vector<TensorDigest> out;
   for (size_t i = 0; i < j.size(); ++i) {
     const nlohmann::json& e = j[i];
-    try {
-      TensorDigest t;
-      t.name = e.at("name").get<std::string>();
-      t.part = e.at("part").get<std::string>();
-      t.dtype = e.at("dtype").get<std::string>();
-      t.shape = e.at("shape").get<std::vector<int64_t>>();
-      t.precision = e.at("precision").get<std::string>();
-      const std::string h = e.at("xxh3").get<std::string>();
-      if (h.size() != 16 || !std::all_of(h.begin(), h.end(), [](unsigned char c) { return std::isxdigit(c); }))
-        throw std::invalid_argument("xxh3 '" + h + "' is not 16 hex digits");
-      t.xxh3 = std::stoull(h, nullptr, 16);
-      t.bytes = e.at("bytes").get<int64_t>();
-      out.push_back(std::move(t));
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& ex) {
-      fail("digest manifest: entry {} is malformed ({})", i, ex.what());
-    }
+    if (!e.is_object()) fail("digest manifest: entry [{}] is not an object", i);
+    auto field = [&](const char* key) -> const nlohmann::json& {
+      if (!e.contains(key)) fail("digest manifest: entry [{}] has no \"{}\"", i, key);
+      return e[key];
+    };
+    auto where = [&](const char* key) { return fmt::format("digest manifest: entry [{}] \"{}\"", i, key); };
+    TensorDigest t;
+    t.name = jsonr::string(field("name"), where("name"));
+    t.part = jsonr::string(field("part"), where("part"));
+    t.dtype = jsonr::string(field("dtype"), where("dtype"));
+    t.shape = jsonr::integers(field("shape"), 0, std::numeric_limits<int64_t>::max(), where("shape"));
+    t.precision = jsonr::string(field("precision"), where("precision"));
+    const std::string& h = jsonr::string(field("xxh3"), where("xxh3"));
+    if (h.size() != 16 || !std::all_of(h.begin(), h.end(), [](unsigned char c) { return std::isxdigit(c); }))
+      fail("{}: '{}' is not 16 hex digits", where("xxh3"), h);
+    t.xxh3 = std::stoull(h, nullptr, 16);
+    t.bytes = jsonr::integer(field("bytes"), 0, std::numeric_limits<int64_t>::max(), where("bytes"));
+    out.push_back(std::move(t));
   }
   return out;
 }

@@ -509,6 +509,24 @@ TEST(Digest, JsonRoundTrip) {
   bad[1].erase("dtype");
   EXPECT_THROW(digests_from_json(bad), Error);
   EXPECT_THROW(digests_from_json(nlohmann::json::object()), Error);
+  // No narrowing: a fractional or negative dimension, or a float byte count, is refused by entry and field.
+  auto message = [](const nlohmann::json& j) {
+    try {
+      digests_from_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  bad = digests_to_json(digests(p, "bf16"));
+  bad[1]["shape"] = {64, 2.5};
+  EXPECT_EQ(message(bad), "digest manifest: entry [1] \"shape\"[1]: expected an integer, got 2.5 (number)");
+  bad = digests_to_json(digests(p, "bf16"));
+  bad[0]["shape"] = {-64};
+  EXPECT_EQ(message(bad).rfind("digest manifest: entry [0] \"shape\"[0]: -64 is out of range", 0), 0u) << message(bad);
+  bad = digests_to_json(digests(p, "bf16"));
+  bad[3]["bytes"] = 4096.0;
+  EXPECT_EQ(message(bad).rfind("digest manifest: entry [3] \"bytes\": expected an integer", 0), 0u) << message(bad);
 }
 
 }  // namespace

@@ -102,6 +102,12 @@ TEST_F(PlanToml, ErrorsNameTheFile) {
   EXPECT_NE(error_of("default = [").find("invalid TOML"), std::string::npos);
   EXPECT_EQ(error_of("default = \"bf16\""), "");  // and a valid file passes
   EXPECT_NE(error_of("default = \"mxfp8\"\nscale_rule = \"ceil\"").find(path_), std::string::npos);
+  // Layer and expert lists hold integers: 1.0 and 1.5 are not layer 1.
+  for (const char* list : {"[1.0]", "[1.5]", "[-1]", "[\"1\"]", "[4294967297]"})
+    EXPECT_NE(error_of(std::string("default = \"bf16\"\n[[override]]\nlayers = ") + list + "\nprecision = \"fp32\"")
+                  .find("'layers' must hold non-negative integers"),
+              std::string::npos)
+        << list;
 }
 
 }  // namespace
