@@ -130,6 +130,26 @@ TEST(Config, ReadsBothTransformersSpellings) {
   EXPECT_EQ(error_of(j), "cfg.json: missing field 'num_experts' (transformers 5: 'num_local_experts')");
 }
 
+// A config.json of the shape the Qwen3-0.6B release carries (written by transformers 4.51:
+// torch_dtype, rope_scaling null, sliding-window keys that do not apply) loads as is.
+TEST(Config, ReadsAReleaseStyleQwen3Config) {
+  const auto j = nlohmann::json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+  const ModelConfig c = ModelConfig::from_json(j, "Qwen3-0.6B/config.json");
+  EXPECT_EQ(c.rope_theta, 1e6);  // an integer literal is a fine number
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.eos_token_id(), 151645);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_TRUE(c.tie_word_embeddings);
+}
+
 // What mxrl does not implement is refused by field name, never approximated.
 TEST(Config, RefusesWhatItDoesNotImplement) {
   struct Case { const char* field; nlohmann::json value; const char* phrase; };
