@@ -10,10 +10,10 @@
 #include <random>
 #include <vector>
 
-#include <unistd.h>
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
 
@@ -60,9 +60,9 @@ void bench_quantize(const BenchArgs& a) {
     };
   };
   std::vector<Result> res;
-  const bool progress = isatty(2);
+  Progress progress;
   auto run = [&](const std::string& op, double bytes, const std::function<void()>& fn, double min_time) {
-    if (progress) fmt::print(stderr, "\r  measuring {:<28}", op);
+    progress.show("  measuring " + op);
     res.push_back({op, bytes, static_cast<double>(n), time_median(fn, min_time)});
   };
   run("memcpy", fbytes, memcpy_par, a.min_time);
@@ -74,7 +74,7 @@ void bench_quantize(const BenchArgs& a) {
   }, a.min_time);
   run("quantize row, scalar ref", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Scalar), 0);
 
-  if (progress) fmt::print(stderr, "\r{:<40}\r", "");
+  progress.clear();
   const double memcpy_gbps = res[0].bytes_in / res[0].seconds / 1e9;
   const Backend be = resolve_backend(Backend::Auto);
   nlohmann::json j = {{"bench", "quantize"}, {"threads", pool.size()}, {"backend", backend_name(be)},

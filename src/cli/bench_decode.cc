@@ -19,6 +19,7 @@
 // (the better kept): memcpy GB/s counts the bytes copied (each read once and
 // written once), read GB/s a read-only pass over the same buffer.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -34,10 +35,12 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "tokenizer/tokenizer.h"
 #include "model/init.h"
-#include "model/model.h"
+#include "model/forward.h"
 #include "util/error.h"
+#include "util/splitmix.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -54,39 +57,6 @@ struct DecodeArgs {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-ModelConfig qwen3_06b_config() {
-  ModelConfig c;
-  c.model_type = "qwen3";
-  c.vocab_size = 151936;
-  c.hidden_size = 1024;
-  c.intermediate_size = 3072;
-  c.num_hidden_layers = 28;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 128;
-  c.max_position_embeddings = 40960;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1000000.0;
-  c.tie_word_embeddings = true;
-  c.torch_dtype = "bfloat16";
-  c.bos_token_id = 151643;
-  c.eos_token_ids = {151645};
-  c.validate("qwen3-0.6b");
-  return c;
-}
-
-ModelConfig shape_config(const std::string& shape) {
-  if (shape == "qwen3-0.6b") return qwen3_06b_config();
-  return preset_config(shape, tok::builtin_char_tokenizer().vocab_size());
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // A cheap deterministic stand-in for init_params (normal draws are slow at
 // 0.6B): uniform values of the same standard deviation, from a hash of the
@@ -183,29 +153,10 @@ struct Result {
   double decode_vs_first = 0, prefill_vs_first = 0;
 };
 
-class Progress {
- public:
-  Progress() : on_(isatty(2) != 0) {}
-  template <typename... Args>
-  void show(fmt::format_string<Args...> f, Args&&... args) {
-    if (on_) fmt::print(stderr, "\r{:<72}", fmt::format(f, std::forward<Args>(args)...)), std::fflush(stderr);
-  }
-  void clear() {
-    if (on_) fmt::print(stderr, "\r{:<72}\r", ""), std::fflush(stderr);
-  }
-
- private:
-  bool on_;
-};
-
-double median(std::vector<double> t) {
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
-}
 
 void bench_decode(const DecodeArgs& a) {
   // Everything that can be refused is refused before the slow parts.
-  const ModelConfig cfg = shape_config(a.shape);
+  const ModelConfig cfg = shape_config(a.shape, tok::builtin_char_tokenizer().vocab_size());
   std::vector<PrecisionPlan> plans;
   for (const std::string& p : a.plans) plans.push_back(PrecisionPlan::resolve(p));
   if (a.prompt_len + a.steps > cfg.max_position_embeddings)
@@ -219,7 +170,7 @@ void bench_decode(const DecodeArgs& a) {
   progress.show("  memory bandwidth");
   const Bandwidth bw0 = measure_bandwidth(pool);
 
-  progress.show("  init {} (random weights)", a.shape);
+  progress.show(fmt::format("  init {} (random weights)", a.shape));
   auto t0 = Clock::now();
   ParamTable params(cfg);
   fill_params(params, pool);
@@ -232,7 +183,7 @@ void bench_decode(const DecodeArgs& a) {
   std::vector<std::unique_ptr<const Model>> models;
   std::vector<double> prepare_s, weight_total;
   for (size_t pi = 0; pi < np; ++pi) {
-    progress.show("  {} {}: prepare", a.shape, a.plans[pi]);
+    progress.show(fmt::format("  {} {}: prepare", a.shape, a.plans[pi]));
     t0 = Clock::now();
     models.push_back(std::make_unique<const Model>(params, plans[pi], exec));
     prepare_s.push_back(seconds_since(t0));
@@ -260,7 +211,7 @@ void bench_decode(const DecodeArgs& a) {
     std::vector<std::vector<double>> tp(np), td(np);
     for (int64_t rep = 0; rep < a.prefill_reps; ++rep)
       for (size_t pi = 0; pi < np; ++pi) {
-        progress.show("  {} batch {}: prefill {}/{} {}", a.shape, B, rep + 1, a.prefill_reps, a.plans[pi]);
+        progress.show(fmt::format("  {} batch {}: prefill {}/{} {}", a.shape, B, rep + 1, a.prefill_reps, a.plans[pi]));
         for (const int s : slots) caches[pi]->reset(s);
         const auto s0 = Clock::now();
         forward(*models[pi], *caches[pi], prefill, logits.data(), exec, &rows);
@@ -273,7 +224,7 @@ void bench_decode(const DecodeArgs& a) {
         d.add(static_cast<int32_t>(splitmix64(7919ull * (b + 1) + 104729ull * step) % cfg.vocab_size), slots[b],
               a.prompt_len + step);
       for (size_t pi = 0; pi < np; ++pi) {
-        progress.show("  {} batch {}: decode step {}/{} {}", a.shape, B, step + 1, a.steps, a.plans[pi]);
+        progress.show(fmt::format("  {} batch {}: decode step {}/{} {}", a.shape, B, step + 1, a.steps, a.plans[pi]));
         const auto s0 = Clock::now();
         forward(*models[pi], *caches[pi], d, logits.data(), exec);
         td[pi].push_back(seconds_since(s0));
@@ -370,8 +321,8 @@ void bench_decode(const DecodeArgs& a) {
 void add_bench_decode(CLI::App* bench) {
   auto a = std::make_shared<DecodeArgs>();
   auto* c = bench->add_subcommand("decode", "Prefill and decode tokens/s, and decode memory bandwidth beside memcpy");
-  c->add_option("--shape", a->shape, "tiny-dense, tiny-moe or qwen3-0.6b (random weights)")
-      ->check(CLI::IsMember({"tiny-dense", "tiny-moe", "qwen3-0.6b"}))->capture_default_str();
+  c->add_option("--shape", a->shape, "Model shape, random weights: " + fmt::format("{}", fmt::join(shape_names(), ", ")))
+      ->check(CLI::IsMember(shape_names()))->capture_default_str();
   c->add_option("--plan", a->plans, "Plan (name or .toml), repeatable; the first is the baseline")
       ->take_all()->capture_default_str();
   c->add_option("--batch", a->batches, "Sequences per forward call, repeatable")

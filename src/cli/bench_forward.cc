@@ -63,7 +63,7 @@ void bench_forward(const ForwardArgs& a) {
 void add_bench_forward(CLI::App* bench) {
   auto a = std::make_shared<ForwardArgs>();
   auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
-  c->add_option("--preset", a->preset, "tiny-dense or tiny-moe")->check(CLI::IsMember({"tiny-dense", "tiny-moe"}))->capture_default_str();
+  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
   c->add_option("--batch", a->batch, "Sequences")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();

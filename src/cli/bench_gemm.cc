@@ -16,10 +16,10 @@
 #include <vector>
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "kernels/gemm.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
@@ -90,7 +90,7 @@ void bench_gemm(const GemmBenchArgs& a) {
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0, 1);
-  const bool progress = isatty(2) && !a.json;
+  Progress progress;
   std::vector<Row> rows;
   nlohmann::json packs = nlohmann::json::array();
   std::string impl_bf16, impl_f32;
@@ -123,7 +123,7 @@ void bench_gemm(const GemmBenchArgs& a) {
     for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
 
     for (int64_t m : ms) {
-      if (progress) fmt::print(stderr, "\r  measuring M={} N={} K={}      ", m, n, k);
+      progress.show(fmt::format("  measuring M={} N={} K={}", m, n, k));
       const double mt = m * n * k > (int64_t(1) << 30) ? 0 : a.min_time;  // the big ones: 5 runs are enough
       Row r{m, n, k, 0, 0, 0, 0, 0};
       r.s_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), exec); }, mt);
@@ -138,7 +138,7 @@ void bench_gemm(const GemmBenchArgs& a) {
       rows.push_back(r);
     }
   }
-  if (progress) fmt::print(stderr, "\r{:<50}\r", "");
+  progress.clear();
 
   const Backend be = resolve_backend(Backend::Auto);
   auto gf = [](const Row& r, double s) { return 2.0 * r.m * r.n * r.k / s / 1e9; };

@@ -187,7 +187,7 @@ void bench_train(const TrainBenchArgs& a) {
 void add_bench_train(CLI::App* bench) {
   auto a = std::make_shared<TrainBenchArgs>();
   auto* c = bench->add_subcommand("train", "Training tokens/s per recipe, split by phase; --sweep fits the per-micro-batch and per-token costs");
-  c->add_option("--preset", a->preset, "tiny-dense or tiny-moe")->check(CLI::IsMember({"tiny-dense", "tiny-moe"}))->capture_default_str();
+  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--recipe", a->recipes, "Recipes to compare (the first is the baseline)")->capture_default_str();
   c->add_option("--tokens", a->tokens, "Tokens per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--micro-batch-tokens", a->micro_batch_tokens, "Micro-batch budget (without --sweep)")->check(CLI::PositiveNumber)->capture_default_str();

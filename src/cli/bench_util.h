@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace mxrl::cli {
+
+// The median of t (the upper one of an even count).
+inline double median(std::vector<double> t) {
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
 
 // Median seconds of a run of fn over >= 5 repetitions and >= min_time
 // (after one warm-up run: page faults, caches), at most 200 runs.
@@ -20,8 +27,7 @@ inline double time_median(const std::function<void()>& fn, double min_time) {
     total += t.back();
     if (t.size() >= 200) break;
   }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 }  // namespace mxrl::cli

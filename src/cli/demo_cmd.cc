@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "model/init.h"
 #include "cli/sft_cli.h"
 #include "util/thread_pool.h"
 
@@ -53,7 +54,7 @@ void add_demo_command(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
   auto* c = app.add_subcommand("demo", "The main job: init the tiny preset, SFT it on addition (MXFP8), print samples");
   c->add_option("--out", a->out, "Output directory (init/, final/)")->capture_default_str();
-  c->add_option("--preset", a->preset, "tiny-dense or tiny-moe")->check(CLI::IsMember({"tiny-dense", "tiny-moe"}))
+  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))
       ->capture_default_str();
   c->add_option("--init-seed", a->init_seed, "Initialisation seed")->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file");

@@ -14,7 +14,6 @@
 // `mxrl score` under the same plan (at temperature 1; otherwise of logits / T),
 // printed in the shortest form that round-trips the FP32 value.
 #include <fmt/format.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -26,8 +25,10 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "model/checkpoint.h"
 #include "sampler/engine.h"
+#include "sampler/prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -47,117 +48,6 @@ struct GenerateArgs {
   std::vector<int64_t> stop;
   bool no_default_stop = false;
   int64_t kv_budget = EngineOptions{}.kv_budget_tokens;
-};
-
-struct Prompt {
-  int64_t line = 0;  // 1-based line number in the prompts file
-  std::vector<int32_t> tokens;
-};
-
-// Reads and validates every prompt against the model (vocabulary, length);
-// errors name file:line.
-std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const tok::Tokenizer* tk,
-                                 const std::string& model_dir) {
-  using nlohmann::json;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open", path);
-  constexpr const char* kShape = "expected {\"prompt\": \"text\"} or {\"tokens\": [ids...]}";
-  std::vector<Prompt> prompts;
-  std::string line;
-  for (int64_t lineno = 1; std::getline(f, line); ++lineno) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Prompt p;
-    p.line = lineno;
-    const json j = jsonr::parse(line, fmt::format("{}:{}", path, lineno));
-    if (!j.is_object()) fail("{}:{}: {}", path, lineno, kShape);
-    const bool has_prompt = j.contains("prompt"), has_tokens = j.contains("tokens");
-    if (has_prompt == has_tokens) fail("{}:{}: {}", path, lineno, kShape);
-    if (has_prompt) {
-      if (!j["prompt"].is_string()) fail("{}:{}: \"prompt\" must be a string; {}", path, lineno, kShape);
-      if (!tk)
-        fail("{}:{}: a {{\"prompt\": ...}} line needs a tokenizer, and {} has no tokenizer.json "
-             "(give {{\"tokens\": [ids...]}} instead)",
-             path, lineno, model_dir);
-      try {
-        p.tokens = tk->encode(j["prompt"].get_ref<const std::string&>());
-      } catch (const Error& e) {
-        fail("{}:{}: {}", path, lineno, e.what());
-      }
-    } else {
-      p.tokens = jsonr::token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
-    }
-    if (p.tokens.empty()) fail("{}:{}: empty prompt", path, lineno);
-    for (int32_t t : p.tokens)  // a tokenizer larger than the model's vocabulary
-      if (t < 0 || t >= cfg.vocab_size)
-        fail("{}:{}: token id {} is outside the model's vocabulary [0, {})", path, lineno, t, cfg.vocab_size);
-    const int64_t len = static_cast<int64_t>(p.tokens.size());
-    if (len >= cfg.max_position_embeddings)
-      fail("{}:{}: prompt of {} tokens is too long: max_position_embeddings {} leaves room for at most {}", path,
-           lineno, len, cfg.max_position_embeddings, cfg.max_position_embeddings - 1);
-    prompts.push_back(std::move(p));
-  }
-  if (f.bad()) fail("{}: read error", path);
-  return prompts;
-}
-
-// The text of generated ids. Ids the tokenizer does not know (a model
-// vocabulary padded past the tokenizer's) become U+FFFD.
-std::string decode_text(const tok::Tokenizer& tk, const std::vector<int32_t>& ids) {
-  try {
-    return tk.decode(ids);
-  } catch (const Error&) {
-  }
-  std::string text;
-  std::vector<int32_t> run;
-  auto flush = [&] {
-    if (!run.empty()) text += tk.decode(run);
-    run.clear();
-  };
-  for (int32_t t : ids) {
-    bool known = true;
-    try {
-      tk.decode(std::span<const int32_t>(&t, 1));
-    } catch (const Error&) {
-      known = false;
-    }
-    if (known) {
-      run.push_back(t);
-    } else {
-      flush();
-      text += "\xEF\xBF\xBD";
-    }
-  }
-  flush();
-  return text;
-}
-
-// Progress on stderr when it is a terminal: at most ~10 redraws per second.
-class Progress {
- public:
-  explicit Progress(int64_t total) : total_(total), tty_(::isatty(2) == 1), t0_(clock::now()), last_(t0_) {}
-  void update(int64_t done, int64_t tokens, bool force = false) {
-    if (!tty_) return;
-    const auto now = clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - t0_).count();
-    constexpr int kWidth = 30;
-    const int fill = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
-    fmt::print(stderr, "\r\033[Kgenerate [{}{}] {}/{} samples, {} tokens, {:.0f} tokens/s", std::string(fill, '#'),
-               std::string(kWidth - fill, '.'), done, total_, tokens, secs > 0 ? tokens / secs : 0.0);
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-  void clear() {
-    if (drawn_) fmt::print(stderr, "\r\033[K");
-    drawn_ = false;
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  int64_t total_;
-  bool tty_, drawn_ = false;
-  clock::time_point t0_, last_;
 };
 
 std::string sample_line(int64_t prompt_index, const GeneratedSample& s, const tok::Tokenizer* tk) {
@@ -198,13 +88,7 @@ void run_generate(const GenerateArgs& a) {
 
   // Stop tokens: the defaults that exist in this model, then --stop.
   std::vector<int32_t> stop;
-  if (!a.no_default_stop) {
-    if (tk)
-      for (const char* name : {"<|endoftext|>", "<|im_end|>"})
-        if (auto id = tk->token_id(name); id && *id >= 0 && *id < cfg.vocab_size) stop.push_back(*id);
-    for (int64_t id : cfg.eos_token_ids)
-      if (id < cfg.vocab_size) stop.push_back(static_cast<int32_t>(id));
-  }
+  if (!a.no_default_stop) stop = default_stop_tokens(cfg, tk ? &*tk : nullptr);
   for (int64_t id : a.stop) {
     if (id < 0 || id >= cfg.vocab_size)
       fail("--stop {}: unknown token id, outside the model's vocabulary [0, {})", id, cfg.vocab_size);
@@ -248,18 +132,25 @@ void run_generate(const GenerateArgs& a) {
   const int64_t total = static_cast<int64_t>(prompts.size()) * a.n;
   std::vector<GeneratedSample> samples;
   samples.reserve(total);
-  Progress progress(total);
+  Progress progress(std::chrono::milliseconds(100));  // at most ~10 redraws per second
   int64_t tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  progress.update(0, 0, true);
+  auto show = [&](bool force) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t n = static_cast<int64_t>(samples.size());
+    progress.show(fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s", Progress::bar(n, total, 30), n,
+                              total, tokens, secs > 0 ? tokens / secs : 0.0),
+                  force);
+  };
+  show(true);
   while (!engine.idle()) {
     std::vector<GeneratedSample> done = engine.step();
     tokens += engine.running() + static_cast<int64_t>(done.size());  // one token per sample in the step
     for (auto& s : done) samples.push_back(std::move(s));
-    progress.update(static_cast<int64_t>(samples.size()), tokens);
+    show(false);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  progress.update(static_cast<int64_t>(samples.size()), tokens, true);
+  show(true);
   progress.clear();
   if (static_cast<int64_t>(samples.size()) != total)
     fail("internal: the engine returned {} samples, expected {}", samples.size(), total);

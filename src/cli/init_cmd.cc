@@ -81,7 +81,7 @@ void write_preset_checkpoint(const std::string& out, const std::string& preset, 
 void add_init_command(CLI::App& app) {
   auto a = std::make_shared<InitArgs>();
   auto* c = app.add_subcommand("init", "Write a randomly initialised checkpoint (preset or TOML config)");
-  c->add_option("--preset", a->preset, "tiny-dense or tiny-moe")->check(CLI::IsMember({"tiny-dense", "tiny-moe"}));
+  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()));
   c->add_option("--config", a->config, "TOML file with config.json fields")->check(CLI::ExistingFile);
   c->add_option("--out", a->out, "Output checkpoint directory")->required();
   c->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();

@@ -71,7 +71,7 @@ void run_score(const ScoreArgs& a) {
     t0 = std::chrono::steady_clock::now();
     std::vector<Sequence> seqs;
     for (const auto& r : reqs) {
-      Sequence s{r.tokens, std::vector<uint8_t>(r.tokens.size(), 0)};
+      Sequence s{r.tokens, std::vector<uint8_t>(r.tokens.size(), 0), {}};
       for (size_t t = r.prompt_len; t < r.tokens.size(); ++t) s.target[t] = 1;
       seqs.push_back(std::move(s));
     }

@@ -1,15 +1,15 @@
 // mxrl sft: supervised fine-tuning on a built-in task or a JSONL dataset,
 // with evaluation through the sampler, checkpoints and resume.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/sft_cli.h"
 #include "util/error.h"
+#include "util/metrics.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -23,15 +23,8 @@ std::string duration(double s) {
 
 SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   const rl::SftConfig& cfg = run.config();
-  std::ofstream metrics;
-  if (!a.metrics.empty()) {
-    metrics.open(a.metrics, std::ios::trunc);
-    if (!metrics) fail("{}: cannot open for writing", a.metrics);
-  }
-  auto emit = [&](const nlohmann::json& j) {
-    if (metrics.is_open()) metrics << j.dump() << "\n" << std::flush;
-  };
-  const bool tty = isatty(2);
+  MetricsSink metrics(a.metrics);
+  Progress progress;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = run.step();
   double ema_loss = -1;
@@ -42,7 +35,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
     tokens += r.tokens;
     ema_loss = ema_loss < 0 ? r.loss : 0.9 * ema_loss + 0.1 * r.loss;
     const double tps = r.tokens / r.seconds;
-    emit({{"step", step},
+    metrics.write(nlohmann::json{{"step", step},
           {"loss", r.loss},
           {"tokens_per_s", tps},
           {"lr", r.optim.lr},
@@ -57,24 +50,24 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
           {"aux_loss", r.aux_loss}});
     const double done = static_cast<double>(step - first) / static_cast<double>(cfg.steps - first);
     const double eta = done > 0 ? elapsed() * (1 - done) / done : 0;
-    const int width = 24, fill = static_cast<int>(done * width);
     const std::string line =
-        fmt::format("[{}{}] step {}/{} loss {:.4f} (avg {:.4f}) {:.0f} tok/s lr {:.2e} eta {}",
-                    std::string(fill, '#'), std::string(width - fill, '.'), step, cfg.steps, r.loss, ema_loss,
-                    tokens / elapsed(), r.optim.lr, duration(eta));
-    if (tty)
-      fmt::print(stderr, "\r{}\033[K", line);
+        fmt::format("{} step {}/{} loss {:.4f} (avg {:.4f}) {:.0f} tok/s lr {:.2e} eta {}", Progress::bar(done, 1, 24),
+                    step, cfg.steps, r.loss, ema_loss, tokens / elapsed(), r.optim.lr, duration(eta));
+    if (progress.on())
+      progress.show(line);
     else if (step % a.log_every == 0 || step == cfg.steps)
       fmt::print(stderr, "{}\n", line);
   };
   ev.on_eval = [&](const rl::EvalResult& e) {
-    emit({{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct}, {"eval_total", e.total},
+    metrics.write(nlohmann::json{{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct}, {"eval_total", e.total},
           {"eval_seconds", e.seconds}});
-    fmt::print(stderr, "{}eval at step {}: accuracy {:.3f} ({}/{} held-out problems, greedy, {:.1f} s)\n",
-               tty ? "\r\033[K" : "", e.step, e.accuracy, e.correct, e.total, e.seconds);
+    progress.clear();
+    fmt::print(stderr, "eval at step {}: accuracy {:.3f} ({}/{} held-out problems, greedy, {:.1f} s)\n", e.step,
+               e.accuracy, e.correct, e.total, e.seconds);
   };
   ev.on_save = [&](const std::string& dir) {
-    fmt::print(stderr, "{}saved {}\n", tty ? "\r\033[K" : "", dir);
+    progress.clear();
+    fmt::print(stderr, "saved {}\n", dir);
   };
   fmt::print(stderr, "sft: task {}, recipe {}{}, {} steps x {} sequences, micro-batches of <= {} tokens, from step {}\n",
              run.task().name(), run.learner().plan().name, cfg.learner.recipe.hybrid ? " (hybrid E5M2 gradients)" : "",
@@ -83,6 +76,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   res.eval = run.run(a.out, ev);
   res.seconds = elapsed();
   res.tokens = tokens;
+  progress.clear();
   fmt::print(stderr, "done: {} steps in {}, {:.0f} training tokens/s; final held-out accuracy {:.3f} ({}/{})\n",
              cfg.steps - first, duration(res.seconds), tokens / res.seconds, res.eval.accuracy, res.eval.correct,
              res.eval.total);

@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "io/elem_dtype.h"
 #include "io/safetensors.h"
 #include "util/error.h"
 
@@ -17,14 +18,6 @@ constexpr const char* kScaleSuffix = "_scale";
 bool is_scale_name(const std::string& n) {
   const size_t k = std::strlen(kScaleSuffix);
   return n.size() > k && n.compare(n.size() - k, k, kScaleSuffix) == 0;
-}
-
-st::DType code_dtype(ElemType e) {
-  switch (e) {
-    case ElemType::E4M3: return st::DType::F8_E4M3;
-    case ElemType::E5M2: return st::DType::F8_E5M2;
-    default: return st::DType::U8;
-  }
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {

@@ -24,10 +24,7 @@ const char* wformat_name(WFormat f) {
 
 namespace detail {
 const GemmKernels& gemm_kernels(Backend b) {
-#if defined(__x86_64__)
-  if (resolve_backend(b) == Backend::Avx512) return kGemmAvx512;
-#endif
-  return kGemmScalar;
+  return backend_table(b, kGemmScalar, MXRL_AVX512(kGemmAvx512));
 }
 }  // namespace detail
 

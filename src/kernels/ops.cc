@@ -15,22 +15,12 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t n, const float
 
 namespace detail {
 const OpsKernels& ops_kernels(Backend b) {
-#if defined(__x86_64__)
-  if (resolve_backend(b) == Backend::Avx512) return kOpsAvx512;
-#endif
-  return kOpsScalar;
+  return backend_table(b, kOpsScalar, MXRL_AVX512(kOpsAvx512));
 }
 }  // namespace detail
 
-namespace {
-const detail::OpsKernels& ops() {
-  static const detail::OpsKernels& k = detail::ops_kernels(Backend::Auto);
-  return k;
-}
-}  // namespace
-
-void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps) {
-  ops().rmsnorm(y, x, w, rows, dim, eps);
+void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps, const Exec& exec) {
+  detail::ops_kernels(exec.backend).rmsnorm(y, x, w, rows, dim, eps);
 }
 
 RopeTable RopeTable::make(int64_t head_dim, double theta) {
@@ -53,44 +43,44 @@ void RopeTable::angles(int64_t pos, float* c, float* s) const {
   }
 }
 
-void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope) {
+void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope, const Exec& exec) {
   std::vector<float> c(rope.inv_freq.size()), s(rope.inv_freq.size());
   rope.angles(pos, c.data(), s.data());
-  rope_forward(x, heads, rope.head_dim, c.data(), s.data());
+  rope_forward(x, heads, rope.head_dim, c.data(), s.data(), exec);
 }
 
-void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
-  ops().rope(x, heads, head_dim, cos, sin);
+void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin, const Exec& exec) {
+  detail::ops_kernels(exec.backend).rope(x, heads, head_dim, cos, sin);
 }
 
-void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) { ops().swiglu(h, gate, up, n); }
+void swiglu_forward(float* h, const float* gate, const float* up, int64_t n, const Exec& exec) { detail::ops_kernels(exec.backend).swiglu(h, gate, up, n); }
 
 void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos,
                        int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                       float* scores) {
-  ops().attention(out, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
+                       float* scores, const Exec& exec) {
+  detail::ops_kernels(exec.backend).attention(out, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
 
-void softmax_forward(float* x, int64_t rows, int64_t n) { ops().softmax(x, rows, n); }
+void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec) { detail::ops_kernels(exec.backend).softmax(x, rows, n); }
 
-void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) out[r] = logits[r * n + targets[r]] - ops().logsumexp(logits + r * n, n);
+void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n, const Exec& exec) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = logits[r * n + targets[r]] - detail::ops_kernels(exec.backend).logsumexp(logits + r * n, n);
 }
 
-void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t n) {
+void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t n, const Exec& exec) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float lse = ops().logsumexp(logits + r * n, n);
+    const float lse = detail::ops_kernels(exec.backend).logsumexp(logits + r * n, n);
     for (int64_t i = 0; i < n; ++i) out[r * n + i] = logits[r * n + i] - lse;
   }
 }
 
 void moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t num_experts,
-               int64_t k, bool renormalize) {
+               int64_t k, bool renormalize, const Exec& exec) {
   std::vector<float> p(num_experts);
   std::vector<int32_t> idx(num_experts);
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(p.data(), logits + r * num_experts, num_experts * sizeof(float));
-    softmax_forward(p.data(), 1, num_experts);
+    softmax_forward(p.data(), 1, num_experts, exec);
     std::iota(idx.begin(), idx.end(), 0);
     std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
     float total = 0.0f;

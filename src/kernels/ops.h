@@ -5,6 +5,8 @@
 // orders of kernels/math.h.
 #pragma once
 #include <cstdint>
+
+#include "util/exec.h"
 #include <vector>
 
 namespace mxrl {
@@ -14,7 +16,7 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t n, const float
 
 // y[rows, dim] = w * (x * rsqrt(mean(x^2) + eps)); y may alias x.
 // (RMSNorm as HF Qwen3: FP32 statistics, weight applied after normalizing.)
-void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps);
+void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps, const Exec& exec = {});
 
 // RoPE (non-interleaved, rotate_half) with per-position tables.
 struct RopeTable {
@@ -26,13 +28,13 @@ struct RopeTable {
 };
 // x[heads, head_dim] at position pos, rotated in place:
 //   x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin  (x1, x2 the two halves)
-void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope);
+void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope, const Exec& exec = {});
 // The same with the angles of the position already computed (RopeTable::angles):
 // cos/sin[head_dim/2], so a token's angles serve every layer, q and k alike.
-void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
+void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin, const Exec& exec = {});
 
 // h[n] = silu(gate[n]) * up[n]
-void swiglu_forward(float* h, const float* gate, const float* up, int64_t n);
+void swiglu_forward(float* h, const float* gate, const float* up, int64_t n, const Exec& exec = {});
 
 // Causal attention for one query token of one sequence.
 //   q[heads, hd] (normed, rotated); keys/values for positions 0..npos-1 of
@@ -42,20 +44,20 @@ void swiglu_forward(float* h, const float* gate, const float* up, int64_t n);
 // then division); out_h[d] = sequential fma over j of p_j * v_j[d].
 void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos,
                        int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                       float* scores);
+                       float* scores, const Exec& exec = {});
 
 // In place over rows of n: softmax (max-subtracted, exp_f, canonical sum, division).
-void softmax_forward(float* x, int64_t rows, int64_t n);
+void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec = {});
 // log p(target) for each row of logits[rows, n]:
 //   logit[t] - (max + log(canonical_sum(exp_f(logit - max))))
-void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n);
+void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n, const Exec& exec = {});
 // The whole log-softmax row: out[rows, n].
-void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t n);
+void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t n, const Exec& exec = {});
 
 // MoE routing for rows of router logits[rows, E]: FP32 softmax over all
 // experts, top-k (larger probability first; ties: lower index), optionally
 // renormalized over the k chosen (sum in rank order). experts/weights [rows, k].
 void moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t num_experts,
-               int64_t k, bool renormalize);
+               int64_t k, bool renormalize, const Exec& exec = {});
 
 }  // namespace mxrl

@@ -8,48 +8,38 @@ namespace mxrl {
 
 namespace detail {
 const OpsBackwardKernels& ops_backward_kernels(Backend b) {
-#if defined(__x86_64__)
-  if (resolve_backend(b) == Backend::Avx512) return kOpsBackwardAvx512;
-#endif
-  return kOpsBackwardScalar;
+  return backend_table(b, kOpsBackwardScalar, MXRL_AVX512(kOpsBackwardAvx512));
 }
 }  // namespace detail
 
-namespace {
-const detail::OpsBackwardKernels& bwd() {
-  static const detail::OpsBackwardKernels& k = detail::ops_backward_kernels(Backend::Auto);
-  return k;
-}
-}  // namespace
-
-void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t n, int64_t dim) {
-  bwd().embedding(dtable, dout, tokens, n, dim);
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t n, int64_t dim, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).embedding(dtable, dout, tokens, n, dim);
 }
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int64_t rows,
-                      int64_t dim, float eps) {
-  bwd().rmsnorm(dx, dw, dy, x, w, rows, dim, eps);
+                      int64_t dim, float eps, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).rmsnorm(dx, dw, dy, x, w, rows, dim, eps);
 }
-void rope_backward(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
-  bwd().rope(dx, heads, head_dim, cos, sin);
+void rope_backward(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).rope(dx, heads, head_dim, cos, sin);
 }
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n) {
-  bwd().swiglu(dgate, dup, dh, gate, up, n);
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).swiglu(dgate, dup, dh, gate, up, n);
 }
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd,
-                        float scale, float* scores) {
-  bwd().attention(dq, dk, dv, dout, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
+                        float scale, float* scores, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).attention(dq, dk, dv, dout, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
 void log_softmax_gather_backward(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
-                                 int64_t rows, int64_t n) {
-  bwd().log_softmax_gather(dlogits, logits, targets, dlogp, rows, n);
+                                 int64_t rows, int64_t n, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).log_softmax_gather(dlogits, logits, targets, dlogp, rows, n);
 }
-void softmax_backward(float* dx, const float* y, const float* dy, int64_t rows, int64_t n) {
-  bwd().softmax(dx, y, dy, rows, n);
+void softmax_backward(float* dx, const float* y, const float* dy, int64_t rows, int64_t n, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).softmax(dx, y, dy, rows, n);
 }
 void moe_route_backward(float* dlogits, const float* logits, const int32_t* experts, const float* dweights,
-                        int64_t rows, int64_t num_experts, int64_t k, bool renormalize) {
-  bwd().moe_route(dlogits, logits, experts, dweights, rows, num_experts, k, renormalize);
+                        int64_t rows, int64_t num_experts, int64_t k, bool renormalize, const Exec& exec) {
+  detail::ops_backward_kernels(exec.backend).moe_route(dlogits, logits, experts, dweights, rows, num_experts, k, renormalize);
 }
 
 }  // namespace mxrl

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "util/cpu.h"
+#include "util/exec.h"
 
 namespace mxrl::detail {
 

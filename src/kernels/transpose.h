@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "numerics/mx.h"
+#include "util/exec.h"
 
 namespace mxrl {
 
@@ -13,9 +13,14 @@ namespace mxrl {
 void transpose(const float* in, int64_t rows, int64_t cols, int64_t rows_padded, float* out, const Exec& exec = {});
 
 namespace detail {
-// One 16x16 tile: out[c * ldo + r] = in[r * ldi + c] for r, c < 16.
-using TransposeTile16 = void (*)(const float* in, int64_t ldi, float* out, int64_t ldo);
-TransposeTile16 transpose_tile16_avx512();
+struct TransposeKernels {
+  // One 16x16 tile: out[c * ldo + r] = in[r * ldi + c] for r, c < 16.
+  void (*tile16)(const float* in, int64_t ldi, float* out, int64_t ldo);
+};
+extern const TransposeKernels kTransposeScalar;
+#if defined(__x86_64__)
+extern const TransposeKernels kTransposeAvx512;
+#endif
 }  // namespace detail
 
 }  // namespace mxrl

@@ -42,6 +42,6 @@ void tile16(const float* in, int64_t ldi, float* out, int64_t ldo) {
 }
 }  // namespace
 
-TransposeTile16 transpose_tile16_avx512() { return tile16; }
+const TransposeKernels kTransposeAvx512 = {tile16};
 }  // namespace mxrl::detail
 MXRL_END_AVX512

@@ -53,20 +53,20 @@ void add_inplace(float* x, const float* y, int64_t n) {
 // dx[m, H] from dy through the SwiGLU MLP (gate, up, down) that saw x.
 void mlp_backward(const LinearBackward& lin, const PreparedLinear& gate, const PreparedLinear& up,
                   const PreparedLinear& down, int gi, int ui, int di, const float* x, const float* g, const float* u,
-                  const float* h, const float* dy, int64_t m, float* dx) {
+                  const float* h, const float* dy, int64_t m, float* dx, BackwardWorkspace& w) {
   const int64_t F = gate.n;
-  std::vector<float> dh(m * F), dg(m * F), du(m * F);
-  lin(down, di, dy, h, m, dh.data(), false);
-  swiglu_backward(dg.data(), du.data(), dh.data(), g, u, m * F);
-  lin(gate, gi, dg.data(), x, m, dx, false);
-  lin(up, ui, du.data(), x, m, dx, true);
+  w.dh.resize(m * F), w.dg.resize(m * F), w.du.resize(m * F);
+  lin(down, di, dy, h, m, w.dh.data(), false);
+  swiglu_backward(w.dg.data(), w.du.data(), w.dh.data(), g, u, m * F, lin.exec);
+  lin(gate, gi, w.dg.data(), x, m, dx, false);
+  lin(up, ui, w.du.data(), x, m, dx, true);
 }
 
 }  // namespace
 
 double backward(const Model& model, const ParamTable& layout, const BackwardWeights& bw, const KvCache& cache,
                 const TokenBatch& b, const ForwardTrace& t, const float* dlogits, float* grads,
-                const BackwardOptions& opt, const Exec& exec) {
+                const BackwardOptions& opt, const Exec& exec, BackwardWorkspace* workspace) {
   const ModelConfig& c = model.config();
   const int64_t n = b.size(), H = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads, half = hd / 2;
@@ -74,8 +74,11 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   if (static_cast<int64_t>(t.layers.size()) != c.num_hidden_layers || static_cast<int64_t>(t.x_final.size()) != n * H)
     fail("backward: the trace does not belong to this batch");
+  BackwardWorkspace local;
+  BackwardWorkspace& w = workspace ? *workspace : local;
   // Sequences: (first row, length); each slot's rows are positions 0.. in order.
-  std::vector<std::pair<int64_t, int64_t>> seqs;
+  std::vector<std::pair<int64_t, int64_t>>& seqs = w.seqs;
+  seqs.clear();
   for (int64_t i = 0; i < n; ++i) {
     if (b.pos[i] == 0) seqs.push_back({i, 0});
     if (seqs.empty() || b.slot[i] != b.slot[seqs.back().first] || b.pos[i] != seqs.back().second)
@@ -85,25 +88,30 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
   auto G = [&](int index) { return grads + layout.entries()[index].offset; };
   const LinearBackward lin{layout, bw, grads, opt.grad_elem, exec};
 
-  std::vector<float> rope_cos(n * half), rope_sin(n * half);
+  w.rope_cos.resize(n * half), w.rope_sin.resize(n * half);
+  float *rope_cos = w.rope_cos.data(), *rope_sin = w.rope_sin.data();
   parallel_for(exec.pool, n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) model.rope().angles(b.pos[i], &rope_cos[i * half], &rope_sin[i * half]);
   });
 
   // Logits and final norm.
-  std::vector<float> dx(n * H), dxn(n * H), tmp(n * H);
-  lin(model.lm_head(), layout.lm_head(), dlogits, t.xn_final.data(), n, dxn.data(), false);
-  rmsnorm_backward(dx.data(), G(layout.final_norm()), dxn.data(), t.x_final.data(), model.final_norm(), n, H, eps);
+  w.dx.resize(n * H), w.dxn.resize(n * H), w.tmp.resize(n * H);
+  float *dx = w.dx.data(), *dxn = w.dxn.data(), *tmp = w.tmp.data();
+  lin(model.lm_head(), layout.lm_head(), dlogits, t.xn_final.data(), n, dxn, false);
+  rmsnorm_backward(dx, G(layout.final_norm()), dxn, t.x_final.data(), model.final_norm(), n, H, eps, exec);
 
   // MoE aux loss: rows of all MoE layers together (as HF concatenates them).
   const int64_t E = c.num_experts, K = c.num_experts_per_tok;
-  std::vector<double> count(E, 0.0), psum(E, 0.0);
+  std::vector<double>& count = w.count;
+  std::vector<double>& psum = w.psum;
+  count.assign(E, 0.0), psum.assign(E, 0.0);
   int64_t moe_rows = 0;
   if (opt.aux_loss_coef != 0.0)
     for (const LayerTrace& T : t.layers) {
       if (T.router_logits.empty()) continue;
-      std::vector<float> p = T.router_logits;
-      softmax_forward(p.data(), n, E);
+      std::vector<float>& p = w.probs;
+      p.assign(T.router_logits.begin(), T.router_logits.end());
+      softmax_forward(p.data(), n, E, exec);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t e = 0; e < E; ++e) psum[e] += p[r * E + e];
       for (int32_t e : T.experts) count[e] += 1.0;
@@ -113,7 +121,13 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
   for (int64_t e = 0; e < E && moe_rows > 0; ++e)
     aux += opt.aux_loss_coef * E * (count[e] / moe_rows) * (psum[e] / moe_rows);
 
-  std::vector<float> dq(n * qd), dk(n * kvd), dv(n * kvd), datt(n * qd);
+  w.dq.resize(n * qd), w.dk.resize(n * kvd), w.dv.resize(n * kvd), w.datt.resize(n * qd);
+  w.dq_raw.resize(n * qd), w.dk_raw.resize(n * kvd);
+  float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data(), *datt = w.datt.data();
+  w.score_offset.resize(seqs.size() + 1);
+  w.score_offset[0] = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) w.score_offset[s + 1] = w.score_offset[s] + seqs[s].second;
+  w.scores.resize(w.score_offset.back());
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const PreparedLayer& L = model.layer(l);
     const LayerIndex& li = layout.layer(l);
@@ -121,10 +135,13 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
     // MLP block: x_out = x_mid + mlp(post_norm(x_mid)); dx is d(x_out).
     if (!L.moe) {
       mlp_backward(lin, L.gate, L.up, L.down, li.gate, li.up, li.down, T.xn2.data(), T.gate.data(), T.up.data(),
-                   T.h.data(), dx.data(), n, dxn.data());
+                   T.h.data(), dx, n, dxn, w);
     } else {
-      std::fill(dxn.begin(), dxn.end(), 0.0f);
-      std::vector<float> dweights(n * K, 0.0f), dye, dxe;
+      std::fill(dxn, dxn + n * H, 0.0f);
+      std::vector<float>& dweights = w.dweights;
+      std::vector<float>& dye = w.dye;
+      std::vector<float>& dxe = w.dxe;
+      dweights.assign(n * K, 0.0f);
       for (int64_t e = 0; e < E; ++e) {
         const ExpertTrace& X = T.expert[e];
         const int64_t me = static_cast<int64_t>(X.rows.size());
@@ -142,62 +159,65 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
         }
         mlp_backward(lin, L.expert_gate[e], L.expert_up[e], L.expert_down[e], li.expert_gate[e], li.expert_up[e],
                      li.expert_down[e], X.x.data(), X.gate.data(), X.up.data(), X.h.data(), dye.data(), me,
-                     dxe.data());
+                     dxe.data(), w);
         for (int64_t i = 0; i < me; ++i) add_inplace(&dxn[X.rows[i] * H], &dxe[i * H], H);
       }
-      std::vector<float> dlog(n * E);
+      std::vector<float>& dlog = w.dlog;
+      dlog.resize(n * E);
       moe_route_backward(dlog.data(), T.router_logits.data(), T.experts.data(), dweights.data(), n, E, K,
-                         c.norm_topk_prob);
+                         c.norm_topk_prob, exec);
       if (moe_rows > 0) {  // + d(aux)/d(router logits)
-        std::vector<float> p = T.router_logits, g(E), da(n * E);
-        softmax_forward(p.data(), n, E);
-        for (int64_t e = 0; e < E; ++e)
-          g[e] = static_cast<float>(opt.aux_loss_weight * opt.aux_loss_coef * E * count[e] /
-                                    (static_cast<double>(moe_rows) * moe_rows));
-        std::vector<float> gr(n * E);
-        for (int64_t r = 0; r < n; ++r) std::memcpy(&gr[r * E], g.data(), E * sizeof(float));
-        softmax_backward(da.data(), p.data(), gr.data(), n, E);
+        std::vector<float>& p = w.probs;
+        std::vector<float>& gr = w.aux_grad;
+        std::vector<float>& da = w.daux;
+        p.assign(T.router_logits.begin(), T.router_logits.end());
+        gr.resize(n * E), da.resize(n * E);
+        softmax_forward(p.data(), n, E, exec);
+        for (int64_t e = 0; e < E; ++e)  // the same gradient for every row
+          gr[e] = static_cast<float>(opt.aux_loss_weight * opt.aux_loss_coef * E * count[e] /
+                                     (static_cast<double>(moe_rows) * moe_rows));
+        for (int64_t r = 1; r < n; ++r) std::memcpy(&gr[r * E], gr.data(), E * sizeof(float));
+        softmax_backward(da.data(), p.data(), gr.data(), n, E, exec);
         add_inplace(dlog.data(), da.data(), n * E);
       }
-      lin(L.router, li.router, dlog.data(), T.xn2.data(), n, dxn.data(), true);
+      lin(L.router, li.router, dlog.data(), T.xn2.data(), n, dxn, true);
     }
-    rmsnorm_backward(tmp.data(), G(li.post_norm), dxn.data(), T.x_mid.data(), L.post_norm, n, H, eps);
-    add_inplace(dx.data(), tmp.data(), n * H);  // dx is now d(x_mid)
+    rmsnorm_backward(tmp, G(li.post_norm), dxn, T.x_mid.data(), L.post_norm, n, H, eps, exec);
+    add_inplace(dx, tmp, n * H);  // dx is now d(x_mid)
 
     // Attention block: x_mid = x_in + o(attention(...)).
-    lin(L.o, li.o, dx.data(), T.att.data(), n, datt.data(), false);
-    std::fill(dk.begin(), dk.end(), 0.0f);
-    std::fill(dv.begin(), dv.end(), 0.0f);
+    lin(L.o, li.o, dx, T.att.data(), n, datt, false);
+    std::fill(dk, dk + n * kvd, 0.0f);
+    std::fill(dv, dv + n * kvd, 0.0f);
     parallel_for(exec.pool, static_cast<int64_t>(seqs.size()), [&](int64_t s0, int64_t s1) {
-      std::vector<float> scores;
       for (int64_t s = s0; s < s1; ++s) {
         const auto [start, len] = seqs[s];
         const int slot = b.slot[start];
-        scores.resize(len);
+        float* scores = &w.scores[w.score_offset[s]];  // [len], this sequence's own
         for (int64_t p = 0; p < len; ++p) {
           const int64_t i = start + p;
           attention_backward(&dq[i * qd], &dk[start * kvd], &dv[start * kvd], &datt[i * qd], &T.q[i * qd],
                              cache.k(slot, l, 0), cache.v(slot, l, 0), p + 1, kvd, nq, nkv, hd, scale,
-                             scores.data());
+                             scores, exec);
         }
       }
     });
     parallel_for(exec.pool, n, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
-        rope_backward(&dq[i * qd], nq, hd, &rope_cos[i * half], &rope_sin[i * half]);
-        rope_backward(&dk[i * kvd], nkv, hd, &rope_cos[i * half], &rope_sin[i * half]);
+        rope_backward(&dq[i * qd], nq, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
+        rope_backward(&dk[i * kvd], nkv, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
       }
     });
-    std::vector<float> dq_raw(n * qd), dk_raw(n * kvd);
-    rmsnorm_backward(dq_raw.data(), G(li.q_norm), dq.data(), T.q_raw.data(), L.q_norm, n * nq, hd, eps);
-    rmsnorm_backward(dk_raw.data(), G(li.k_norm), dk.data(), T.k_raw.data(), L.k_norm, n * nkv, hd, eps);
-    lin(L.q, li.q, dq_raw.data(), T.xn1.data(), n, dxn.data(), false);
-    lin(L.k, li.k, dk_raw.data(), T.xn1.data(), n, dxn.data(), true);
-    lin(L.v, li.v, dv.data(), T.xn1.data(), n, dxn.data(), true);
-    rmsnorm_backward(tmp.data(), G(li.input_norm), dxn.data(), T.x_in.data(), L.input_norm, n, H, eps);
-    add_inplace(dx.data(), tmp.data(), n * H);  // dx is now d(x_in)
+    float *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
+    rmsnorm_backward(dq_raw, G(li.q_norm), dq, T.q_raw.data(), L.q_norm, n * nq, hd, eps, exec);
+    rmsnorm_backward(dk_raw, G(li.k_norm), dk, T.k_raw.data(), L.k_norm, n * nkv, hd, eps, exec);
+    lin(L.q, li.q, dq_raw, T.xn1.data(), n, dxn, false);
+    lin(L.k, li.k, dk_raw, T.xn1.data(), n, dxn, true);
+    lin(L.v, li.v, dv, T.xn1.data(), n, dxn, true);
+    rmsnorm_backward(tmp, G(li.input_norm), dxn, T.x_in.data(), L.input_norm, n, H, eps, exec);
+    add_inplace(dx, tmp, n * H);  // dx is now d(x_in)
   }
-  embedding_backward(G(layout.embed()), dx.data(), b.tokens.data(), n, H);
+  embedding_backward(G(layout.embed()), dx, b.tokens.data(), n, H, exec);
   return aux;
 }
 

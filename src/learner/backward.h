@@ -5,10 +5,11 @@
 // BF16 compute copy or an MX forward weight is the master's.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/gemm.h"
-#include "model/model.h"
+#include "model/forward.h"
 
 namespace mxrl {
 
@@ -33,8 +34,23 @@ struct BackwardOptions {
 // grads[layout.numel()], given dlogits[n, vocab] of the traced forward pass
 // that filled `cache` and `trace`. Returns the aux loss value (0 when off).
 // Bitwise deterministic: independent of the thread count.
+// The backward's scratch, reused across calls like forward()'s workspace: a
+// learner owns one, and once it has grown backward() allocates nothing of its
+// own (the backward GEMMs' operand copies are linear_grad's).
+struct BackwardWorkspace {
+  std::vector<float> rope_cos, rope_sin;        // [n, head_dim / 2]
+  std::vector<float> dx, dxn, tmp;              // [n, H]
+  std::vector<float> dq, dk, dv, datt, dq_raw, dk_raw;
+  std::vector<float> dh, dg, du;                // an MLP's [m, F]
+  std::vector<float> dweights, dye, dxe, dlog, probs, aux_grad, daux;  // MoE
+  std::vector<double> count, psum;              // MoE aux loss statistics [E]
+  std::vector<float> scores;                    // attention, a range per sequence
+  std::vector<int64_t> score_offset;
+  std::vector<std::pair<int64_t, int64_t>> seqs;  // (first row, length)
+};
+
 double backward(const Model& model, const ParamTable& layout, const BackwardWeights& bw, const KvCache& cache,
                 const TokenBatch& batch, const ForwardTrace& trace, const float* dlogits, float* grads,
-                const BackwardOptions& opt, const Exec& exec = {});
+                const BackwardOptions& opt, const Exec& exec = {}, BackwardWorkspace* workspace = nullptr);
 
 }  // namespace mxrl

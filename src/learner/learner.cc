@@ -1,9 +1,11 @@
 #include "learner/learner.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "kernels/ops.h"
 #include "kernels/ops_backward.h"
+#include "model/forward.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -72,6 +74,10 @@ void check_sequence(const Sequence& s, const ModelConfig& c, size_t i) {
   if (s.target.size() != s.tokens.size())
     fail("sequences[{}]: {} tokens but {} target flags", i, s.tokens.size(), s.target.size());
   if (s.target[0]) fail("sequences[{}]: the first token cannot be a target", i);
+  if (!s.weight.empty() && s.weight.size() != s.tokens.size())
+    fail("sequences[{}]: {} tokens but {} loss weights", i, s.tokens.size(), s.weight.size());
+  for (size_t t = 0; t < s.weight.size(); ++t)
+    if (s.target[t] && !std::isfinite(s.weight[t])) fail("sequences[{}]: loss weight [{}] is {}", i, t, s.weight[t]);
   if (static_cast<int64_t>(s.tokens.size()) > c.max_position_embeddings)
     fail("sequences[{}]: {} tokens exceed max_position_embeddings {}", i, s.tokens.size(), c.max_position_embeddings);
 }
@@ -97,6 +103,10 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
     r.targets += batch[i].num_targets();
   }
   if (r.targets == 0) fail("the batch has no target tokens");
+  const bool weighted = !batch[0].weight.empty();
+  for (size_t i = 1; i < batch.size(); ++i)
+    if (batch[i].weight.empty() == weighted)
+      fail("sequences[{}]: loss weights on some sequences of the batch but not on others", i);
   grads.assign(params_.numel(), 0.0f);
   Exec ex = exec_;
   ex.times = &r.times;
@@ -109,35 +119,36 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
   bo.aux_loss_coef = c.num_experts > 0 ? cfg_.aux_loss_coef : 0.0;
   std::vector<float> logits, dlogits, dlogp, lp;
   std::vector<int32_t> targets;
+  std::vector<uint8_t> scored;
   for (size_t mb = 0; mb < mbs.size(); ++mb) {
     if (mb > 0 && cfg_.recipe.requant_every_microbatch) prepare(&r.times);
     KvCache cache(c);
     const TokenBatch b = make_batch(batch, mbs[mb], cache);
     const int64_t n = b.size(), V = c.vocab_size;
-    ForwardTrace trace;
     logits.resize(n * V);
-    forward(*model_, cache, b, logits.data(), ex, nullptr, &trace);
+    forward(*model_, cache, b, logits.data(), ex, nullptr, &trace_, &workspace_);
     // Row i predicts the next token of its sequence when that one is a target.
-    targets.assign(n, 0), dlogp.assign(n, 0.0f), lp.assign(n, 0.0f);
+    targets.assign(n, 0), dlogp.assign(n, 0.0f), lp.assign(n, 0.0f), scored.assign(n, 0);
     int64_t row = 0;
     for (size_t i : mbs[mb]) {
       const Sequence& s = batch[i];
       for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
-        if (s.target[p + 1]) targets[row + p] = s.tokens[p + 1], dlogp[row + p] = dl;
+        if (s.target[p + 1])
+          targets[row + p] = s.tokens[p + 1], scored[row + p] = 1, dlogp[row + p] = weighted ? -s.weight[p + 1] : dl;
       row += static_cast<int64_t>(s.tokens.size());
     }
     for (int64_t i = 0; i < n; ++i)
-      if (dlogp[i] != 0.0f) {
-        log_softmax_gather(&lp[i], &logits[i * V], &targets[i], 1, V);
-        r.loss -= lp[i];
+      if (scored[i]) {
+        log_softmax_gather(&lp[i], &logits[i * V], &targets[i], 1, V, exec_);
+        r.loss += weighted ? static_cast<double>(dlogp[i]) * lp[i] : -lp[i];
       }
     dlogits.resize(n * V);
-    log_softmax_gather_backward(dlogits.data(), logits.data(), targets.data(), dlogp.data(), n, V);
+    log_softmax_gather_backward(dlogits.data(), logits.data(), targets.data(), dlogp.data(), n, V, exec_);
     bo.aux_loss_weight = static_cast<double>(n) / static_cast<double>(r.tokens);
-    r.aux_loss += bo.aux_loss_weight * backward(*model_, params_, bw_, cache, b, trace, dlogits.data(),
-                                                grads.data(), bo, ex);
+    r.aux_loss += bo.aux_loss_weight * backward(*model_, params_, bw_, cache, b, trace_, dlogits.data(),
+                                                grads.data(), bo, ex, &backward_workspace_);
   }
-  r.loss /= static_cast<double>(r.targets);
+  if (!weighted) r.loss /= static_cast<double>(r.targets);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (info) *info = r;
   return r.loss;
@@ -165,16 +176,15 @@ std::vector<std::vector<float>> Learner::logprobs(const std::vector<Sequence>& s
   for (const auto& idx : pack_micro_batches(seqs, cfg_.micro_batch_tokens)) {
     KvCache cache(c);
     const TokenBatch b = make_batch(seqs, idx, cache);
-    ForwardTrace trace;  // the training forward, exactly
     logits.resize(b.size() * c.vocab_size);
-    forward(*model_, cache, b, logits.data(), exec_, nullptr, &trace);
+    forward(*model_, cache, b, logits.data(), exec_, nullptr, &trace_, &workspace_);  // the training forward, exactly
     int64_t row = 0;
     for (size_t i : idx) {
       const Sequence& s = seqs[i];
       for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
         if (s.target[p + 1]) {
           float lp;
-          log_softmax_gather(&lp, &logits[(row + p) * c.vocab_size], &s.tokens[p + 1], 1, c.vocab_size);
+          log_softmax_gather(&lp, &logits[(row + p) * c.vocab_size], &s.tokens[p + 1], 1, c.vocab_size, exec_);
           out[i].push_back(lp);
         }
       row += static_cast<int64_t>(s.tokens.size());

@@ -16,9 +16,15 @@ namespace mxrl {
 
 // A training sequence: tokens, and which of them are loss targets
 // (target[i]: predict tokens[i] from tokens[<i]; target[0] must be 0).
+// The loss is sum over targets of -weight[i] * log p(tokens[i] | tokens[<i]).
+// Without weights (SFT) every target weighs 1 / (targets in the batch): the
+// mean cross-entropy. A policy-gradient loss puts its advantages, ratios and
+// clipping into the weights. In one batch, either every sequence has weights
+// or none has.
 struct Sequence {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> target;
+  std::vector<float> weight;  // empty, or one per token (read at targets only)
   int64_t num_targets() const;
 };
 
@@ -45,7 +51,7 @@ struct LearnerConfig {
 };
 
 struct StepResult {
-  double loss = 0;          // mean cross-entropy over the batch's target tokens
+  double loss = 0;          // mean cross-entropy over the targets, or -sum(weight * log p) with weights
   double aux_loss = 0;      // MoE load-balancing loss (token-weighted over micro-batches)
   int64_t tokens = 0, targets = 0, micro_batches = 0;
   OptimStats optim{};
@@ -87,6 +93,10 @@ class Learner {
   AdamW opt_;
   std::shared_ptr<const Model> model_;
   BackwardWeights bw_;
+  // Reused by every micro-batch: once grown, a step allocates no activations.
+  ForwardWorkspace workspace_;
+  ForwardTrace trace_;
+  BackwardWorkspace backward_workspace_;
 };
 
 }  // namespace mxrl

@@ -239,24 +239,57 @@ TEST(Learner, ForwardWeightsShipToASamplerWithIdenticalDigests) {
   EXPECT_NE(model_digests(learner.model()), a);
 }
 
+// Per-token loss weights (what a policy-gradient loss uses): SFT is the case
+// where every target weighs 1 / targets, bit for bit; the gradient is linear in
+// the weights (x2 is exact: a power of two moves every value and MX scale).
+TEST_P(LearnerPlans, LossWeightsOfOneOverTargetsAreSftBitwise) {
+  const auto [moe, plan] = GetParam();
+  ParamTable params(small_test_config(moe));
+  init_params(params, 5, 0.2f);
+  auto batch = random_batch(5, params.config().vocab_size, 8);
+  std::vector<float> g_sft, g_w, g_2w;
+  Learner a(params, config_for(plan, 64));
+  const double l_sft = a.loss_and_grads(batch, g_sft);
+  int64_t targets = 0;
+  for (const Sequence& s : batch) targets += s.num_targets();
+  for (Sequence& s : batch) s.weight.assign(s.tokens.size(), 1.0f / static_cast<float>(targets));
+  Learner b(params, config_for(plan, 64));
+  const double l_w = b.loss_and_grads(batch, g_w);
+  EXPECT_EQ(0, std::memcmp(g_sft.data(), g_w.data(), g_sft.size() * sizeof(float))) << plan;
+  EXPECT_NEAR(l_w, l_sft, 1e-6 * std::fabs(l_sft));
+  for (Sequence& s : batch)
+    for (float& w : s.weight) w *= 2.0f;
+  Learner c(params, config_for(plan, 64));
+  c.loss_and_grads(batch, g_2w);
+  for (size_t i = 0; i < g_w.size(); ++i) ASSERT_EQ(g_2w[i], 2.0f * g_w[i]) << plan << " " << i;
+}
+
 TEST(Learner, RejectsMalformedBatches) {
   ParamTable params(small_test_config(false));
   init_params(params, 1);
   Learner learner(params, config_for("bf16"));
   std::vector<float> g;
-  Sequence s{{1, 2, 3}, {0, 1}};
+  Sequence s{{1, 2, 3}, {0, 1}, {}};
   EXPECT_THROW(learner.loss_and_grads({s}, g), Error);
   s.target = {1, 1, 1};
   EXPECT_THROW(learner.loss_and_grads({s}, g), Error);
   s.target = {0, 0, 0};
   EXPECT_THROW(learner.loss_and_grads({s}, g), Error);  // no targets
+  s.target = {0, 1, 1};
+  s.weight = {1.0f, 1.0f};  // one per token
+  EXPECT_THROW(learner.loss_and_grads({s}, g), Error);
+  s.weight = {0.0f, 1.0f, std::nanf("")};
+  EXPECT_THROW(learner.loss_and_grads({s}, g), Error);
+  s.weight = {0.0f, 1.0f, 1.0f};
+  Sequence plain{{1, 2, 3}, {0, 1, 1}, {}};
+  EXPECT_THROW(learner.loss_and_grads({s, plain}, g), Error);  // weights on some sequences only
   EXPECT_THROW(Learner(params, config_for("mxfp8+fp8kv")), Error);
-  EXPECT_THROW(Learner(params, config_for("fp8-tensor")).loss_and_grads({{{1, 2}, {0, 1}}}, g), Error);
+  EXPECT_THROW(Learner(params, config_for("fp8-tensor")).loss_and_grads({{{1, 2}, {0, 1}, {}}}, g), Error);
 }
 
 TEST(Learner, PacksMicroBatchesInOrderWithinTheBudget) {
   std::vector<Sequence> seqs;
-  for (int len : {5, 3, 8, 2, 9, 1}) seqs.push_back({std::vector<int32_t>(len, 1), std::vector<uint8_t>(len, 0)});
+  for (int len : {5, 3, 8, 2, 9, 1}) seqs.push_back({std::vector<int32_t>(len, 1), std::vector<uint8_t>(len, 0), {}});
   const auto mb = pack_micro_batches(seqs, 8);
   const std::vector<std::vector<size_t>> want = {{0, 1}, {2}, {3}, {4}, {5}};
   EXPECT_EQ(mb, want);

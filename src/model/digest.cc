@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "model/precision.h"
 #include "numerics/fp8_grid.h"
 #include "numerics/formats.h"
 #include "util/error.h"
@@ -20,14 +21,6 @@
 namespace mxrl {
 
 namespace {
-
-const char* code_dtype(ElemType e) {
-  switch (e) {
-    case ElemType::E4M3: return "F8_E4M3";
-    case ElemType::E5M2: return "F8_E5M2";
-    default: return "U8";  // FP6 / FP4: one code a byte, in the low bits
-  }
-}
 
 template <typename T>
 TensorDigest make(const std::string& name, const char* part, const char* dtype, std::vector<int64_t> shape,
@@ -42,8 +35,6 @@ TensorDigest make(const std::string& name, const char* part, const char* dtype, 
   d.xxh3 = digest_bytes(v.data(), v.size() * sizeof(T));
   return d;
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
@@ -90,21 +81,16 @@ uint64_t digest_bytes(const void* data, size_t bytes) { return XXH3_64bits(data,
 std::vector<TensorDigest> linear_digests(const PreparedLinear& L, const std::string& name) {
   const std::string prec = L.prec.str();
   std::vector<TensorDigest> out;
-  switch (L.prec.precision) {
-    case Precision::FP32: out.push_back(make(name, "f32", "F32", {L.n, L.k}, prec, L.f32)); break;
-    case Precision::BF16: out.push_back(make(name, "bf16", "BF16", {L.n, L.k}, prec, L.bf16)); break;
-    case Precision::MXFP8:
-      out.push_back(make(name, "codes", code_dtype(L.prec.elem), {L.n, L.k}, prec, L.codes));
-      out.push_back(make(name, "scales", "F8_E8M0", {L.n, L.k / kMxBlock}, prec, L.mx_scales));
-      break;
-    case Precision::FP8Tensor:
-    case Precision::FP8Block128: {
-      const Fp8Grid g = L.view().fp8_grid;
-      out.push_back(make(name, "codes", code_dtype(L.prec.elem), {L.n, L.k}, prec, L.codes));
-      out.push_back(make(name, "scales", "F32", {ceil_div(L.n, g.group_rows), ceil_div(L.k, g.group_cols)}, prec,
-                         L.fp8_scales));
-      break;
-    }
+  for (const HeldPart& p : precision_traits(L.prec.precision).held_parts(L)) {
+    TensorDigest d;
+    d.name = name;
+    d.part = p.part;
+    d.dtype = st::dtype_name(p.dtype);
+    d.shape = p.shape;
+    d.precision = prec;
+    d.bytes = p.bytes;
+    d.xxh3 = digest_bytes(p.data, static_cast<size_t>(p.bytes));
+    out.push_back(std::move(d));
   }
   return out;
 }
@@ -120,29 +106,31 @@ std::vector<TensorDigest> model_digests(const Model& model) {
   };
   const bool tied = model.config().tie_word_embeddings;
   std::vector<std::pair<size_t, std::vector<TensorDigest>>> items;
-  for (const PreparedLinear* L : model.linears()) {
-    if (tied && L == &model.lm_head())
-      items.emplace_back(names.size(), linear_digests(*L, kTiedLmHeadName));  // after model.norm.weight
-    else
-      items.emplace_back(rank_of(L->name), linear_digests(*L, L->name));
-  }
   const bool bf16 = model.plan().bf16_embeddings;
-  for (const NamedBuffer& c : model.compute_copies()) {
+  model.for_each_tensor([&](const ModelTensor& t) {
+    if (const PreparedLinear* L = t.linear) {
+      if (tied && L == &model.lm_head())
+        items.emplace_back(names.size(), linear_digests(*L, kTiedLmHeadName));  // after model.norm.weight
+      else
+        items.emplace_back(rank_of(L->name), linear_digests(*L, L->name));
+      return;
+    }
+    const NamedBuffer& c = *t.copy;
     std::vector<TensorDigest> one;
     if (bf16) {
       // The copy holds BF16-rounded FP32 values: hash their (exact) BF16 bits.
       std::vector<uint16_t> b(c.numel);
       for (int64_t i = 0; i < c.numel; ++i) b[i] = f32_to_bf16(c.data[i]);
-      one.push_back(make(c.name, "bf16", "BF16", c.shape, "bf16", b));
+      one.push_back(make(c.name, "bf16", st::dtype_name(st::DType::BF16), c.shape, "bf16", b));
     } else {
       TensorDigest d;
-      d.name = c.name, d.part = "f32", d.dtype = "F32", d.shape = c.shape, d.precision = "fp32";
+      d.name = c.name, d.part = "f32", d.dtype = st::dtype_name(st::DType::F32), d.shape = c.shape, d.precision = "fp32";
       d.bytes = c.numel * static_cast<int64_t>(sizeof(float));
       d.xxh3 = digest_bytes(c.data, d.bytes);
       one.push_back(std::move(d));
     }
     items.emplace_back(rank_of(c.name), std::move(one));
-  }
+  });
   std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<TensorDigest> out;
   for (auto& [r, ds] : items)

@@ -1,4 +1,5 @@
-#include "model/model.h"
+#include "model/forward.h"
+#include "model/workspace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -65,8 +66,10 @@ Model Model::from_shipment(const ModelConfig& cfg, PrecisionPlan plan, const Wei
 
 WeightShipment Model::ship() const {
   WeightShipment s;
-  for (const PreparedLinear* l : linears()) s.linears.emplace(l->name, l->payload());
-  for (const NamedBuffer& b : compute_copies()) s.copies.emplace(b.name, std::vector<float>(b.data, b.data + b.numel));
+  for_each_tensor([&](const ModelTensor& t) {
+    if (t.linear) s.linears.emplace(t.name, t.linear->payload());
+    else s.copies.emplace(t.name, std::vector<float>(t.copy->data, t.copy->data + t.copy->numel));
+  });
   return s;
 }
 
@@ -117,63 +120,39 @@ Model::Model(const ParamTable& params, PrecisionPlan plan, const LinearSource& l
   rope_ = RopeTable::make(cfg_.head_dim, cfg_.rope_theta);
 }
 
-std::vector<const PreparedLinear*> Model::linears() const {
-  std::vector<const PreparedLinear*> out;
+void Model::for_each_tensor(const std::function<void(const ModelTensor&)>& f) const {
+  auto linear = [&](const PreparedLinear& l) { f({l.name, &l, nullptr}); };
   for (const PreparedLayer& L : layers_) {
-    for (const PreparedLinear* p : {&L.q, &L.k, &L.v, &L.o}) out.push_back(p);
+    for (const PreparedLinear* p : {&L.q, &L.k, &L.v, &L.o}) linear(*p);
     if (L.moe) {
-      out.push_back(&L.router);
+      linear(L.router);
       for (size_t e = 0; e < L.expert_gate.size(); ++e)
-        for (const PreparedLinear* p : {&L.expert_gate[e], &L.expert_up[e], &L.expert_down[e]}) out.push_back(p);
+        for (const PreparedLinear* p : {&L.expert_gate[e], &L.expert_up[e], &L.expert_down[e]}) linear(*p);
     } else {
-      for (const PreparedLinear* p : {&L.gate, &L.up, &L.down}) out.push_back(p);
+      for (const PreparedLinear* p : {&L.gate, &L.up, &L.down}) linear(*p);
     }
   }
-  out.push_back(&lm_head_);
+  linear(lm_head_);
+  for (const CopyInfo& c : copies_) {
+    const NamedBuffer b{c.name, compute_.data() + c.offset, c.numel, c.shape};
+    f({c.name, nullptr, &b});
+  }
+}
+
+std::vector<const PreparedLinear*> Model::linears() const {
+  std::vector<const PreparedLinear*> out;
+  for_each_tensor([&](const ModelTensor& t) {
+    if (t.linear) out.push_back(t.linear);
+  });
   return out;
 }
 
 std::vector<NamedBuffer> Model::compute_copies() const {
   std::vector<NamedBuffer> out;
-  for (const CopyInfo& c : copies_) out.push_back({c.name, compute_.data() + c.offset, c.numel, c.shape});
+  for_each_tensor([&](const ModelTensor& t) {
+    if (t.copy) out.push_back(*t.copy);
+  });
   return out;
-}
-
-KvCache::KvCache(const ModelConfig& cfg) : layers_(cfg.num_hidden_layers), kv_dim_(cfg.kv_dim()) {}
-
-int KvCache::add_sequence() {
-  if (!free_.empty()) {
-    const int s = free_.back();
-    free_.pop_back();
-    return s;
-  }
-  k_.emplace_back();
-  v_.emplace_back();
-  cap_.push_back(0);
-  len_.push_back(0);
-  return static_cast<int>(len_.size()) - 1;
-}
-
-void KvCache::reset(int slot) { len_[slot] = 0; }
-
-void KvCache::release(int slot) {
-  std::vector<float>().swap(k_[slot]);
-  std::vector<float>().swap(v_[slot]);
-  cap_[slot] = len_[slot] = 0;
-  free_.push_back(slot);
-}
-
-void KvCache::reserve(int slot, int64_t n) {
-  if (n <= cap_[slot]) return;
-  int64_t cap = std::max<int64_t>(n, cap_[slot] * 2);
-  for (auto* buf : {&k_[slot], &v_[slot]}) {
-    std::vector<float> grown(layers_ * cap * kv_dim_);
-    for (int64_t l = 0; l < layers_ && len_[slot] > 0; ++l)
-      std::memcpy(&grown[l * cap * kv_dim_], buf->data() + l * cap_[slot] * kv_dim_,
-                  len_[slot] * kv_dim_ * sizeof(float));
-    *buf = std::move(grown);
-  }
-  cap_[slot] = cap;
 }
 
 namespace {
@@ -187,16 +166,15 @@ void per_token(const Exec& exec, int64_t n, F&& f) {
 
 // One token's keys or values [kv_heads, hd] into the cache, on the FP8 E4M3
 // grid with one scale per head when the plan asks for an FP8 cache.
-void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8) {
+// codes[kv_heads * hd] and scales[kv_heads] are the token's scratch.
+void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8, uint8_t* codes, float* scales) {
   if (!fp8) {
     std::memcpy(dst, src, kv_heads * hd * sizeof(float));
     return;
   }
-  std::vector<uint8_t> codes(kv_heads * hd);
-  std::vector<float> scales(kv_heads);
   const Fp8Grid g = Fp8Grid::per_token(hd);  // a row per head
-  fp8_quantize(src, InType::F32, kv_heads, hd, g, ElemType::E4M3, codes.data(), scales.data());
-  fp8_dequantize(codes.data(), scales.data(), kv_heads, hd, g, ElemType::E4M3, dst);
+  fp8_quantize(src, InType::F32, kv_heads, hd, g, ElemType::E4M3, codes, scales);
+  fp8_dequantize(codes, scales, kv_heads, hd, g, ElemType::E4M3, dst);
 }
 
 void add_inplace(float* x, const float* y, int64_t n) {
@@ -206,46 +184,59 @@ void add_inplace(float* x, const float* y, int64_t n) {
 // SwiGLU MLP on rows x[m, H] -> y[m, H]. With trace buffers, keeps the
 // gate/up projections and the SwiGLU output.
 void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x,
-         int64_t m, float* y, std::vector<float>& scratch, const Exec& exec, std::vector<float>* t_gate = nullptr,
+         int64_t m, float* y, ForwardWorkspace& w, const Exec& exec, std::vector<float>* t_gate = nullptr,
          std::vector<float>* t_up = nullptr, std::vector<float>* t_h = nullptr) {
   const int64_t F = gate.n;
-  std::vector<float> g(m * F), u(m * F);
-  gate.forward(x, m, g.data(), scratch, exec);
-  up.forward(x, m, u.data(), scratch, exec);
-  if (t_gate) *t_gate = g, *t_up = u;
-  swiglu_forward(g.data(), g.data(), u.data(), m * F);
-  if (t_h) *t_h = g;
-  down.forward(g.data(), m, y, scratch, exec);
+  w.gate.resize(m * F), w.up.resize(m * F);
+  float* g = w.gate.data();
+  float* u = w.up.data();
+  gate.forward(x, m, g, w.scratch, exec);
+  up.forward(x, m, u, w.scratch, exec);
+  if (t_gate) t_gate->assign(g, g + m * F), t_up->assign(u, u + m * F);
+  swiglu_forward(g, g, u, m * F, exec);
+  if (t_h) t_h->assign(g, g + m * F);
+  down.forward(g, m, y, w.scratch, exec);
 }
 
 // Sparse MoE block: route each row, run each expert on its rows (in expert
 // order), and sum weight * output into y in ascending expert order.
-void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t m, float* y,
-         std::vector<float>& scratch, const Exec& exec, LayerTrace* t) {
+void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t m, float* y, ForwardWorkspace& ws,
+         const Exec& exec, LayerTrace* t) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.num_experts_per_tok;
-  std::vector<float> logits(m * E);
-  L.router.forward(x, m, logits.data(), scratch, exec);
-  std::vector<int32_t> experts(m * K);
-  std::vector<float> weights(m * K);
-  moe_route(experts.data(), weights.data(), logits.data(), m, E, K, cfg.norm_topk_prob);
-  if (t) t->router_logits = logits, t->experts = experts, t->weights = weights, t->expert.assign(E, {});
+  std::vector<float>& logits = ws.router_logits;
+  std::vector<int32_t>& experts = ws.experts;
+  std::vector<float>& weights = ws.route_weights;
+  logits.resize(m * E), experts.resize(m * K), weights.resize(m * K);
+  L.router.forward(x, m, logits.data(), ws.scratch, exec);
+  moe_route(experts.data(), weights.data(), logits.data(), m, E, K, cfg.norm_topk_prob, exec);
+  if (t) {
+    t->router_logits.assign(logits.begin(), logits.end());
+    t->experts.assign(experts.begin(), experts.end());
+    t->weights.assign(weights.begin(), weights.end());
+    t->expert.resize(E);
+  }
   std::fill(y, y + m * H, 0.0f);
-  std::vector<float> xe, ye;
-  std::vector<int64_t> rows;
-  std::vector<float> w;
+  std::vector<float>& xe = ws.expert_x;
+  std::vector<float>& ye = ws.expert_y;
+  std::vector<int64_t>& rows = ws.expert_rows;
+  std::vector<float>& w = ws.expert_w;
   for (int64_t e = 0; e < E; ++e) {
     rows.clear(), w.clear();
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < K; ++j)
         if (experts[r * K + j] == e) rows.push_back(r), w.push_back(weights[r * K + j]);
-    if (rows.empty()) continue;
+    ExpertTrace* et = t ? &t->expert[e] : nullptr;
+    if (et) et->rows.assign(rows.begin(), rows.end()), et->weight.assign(w.begin(), w.end());
+    if (rows.empty()) {
+      if (et) et->x.clear(), et->y.clear(), et->gate.clear(), et->up.clear(), et->h.clear();
+      continue;
+    }
     const int64_t me = static_cast<int64_t>(rows.size());
     xe.resize(me * H), ye.resize(me * H);
     for (int64_t i = 0; i < me; ++i) std::memcpy(&xe[i * H], x + rows[i] * H, H * sizeof(float));
-    ExpertTrace* et = t ? &t->expert[e] : nullptr;
-    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xe.data(), me, ye.data(), scratch, exec,
+    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xe.data(), me, ye.data(), ws, exec,
         et ? &et->gate : nullptr, et ? &et->up : nullptr, et ? &et->h : nullptr);
-    if (et) et->rows = rows, et->weight = w, et->x = xe, et->y = ye;
+    if (et) et->x.assign(xe.begin(), xe.begin() + me * H), et->y.assign(ye.begin(), ye.begin() + me * H);
     for (int64_t i = 0; i < me; ++i)
       for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + ye[i * H + d] * w[i];
   }
@@ -253,7 +244,7 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
 }  // namespace
 
 void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec,
-             const std::vector<int64_t>* rows, ForwardTrace* trace) {
+             const std::vector<int64_t>* rows, ForwardTrace* trace, ForwardWorkspace* workspace) {
   if (trace && rows) fail("forward: a traced pass computes the logits of every row");
   const ModelConfig& c = model.config();
   const int64_t n = b.size(), H = c.hidden_size, hd = c.head_dim;
@@ -271,63 +262,79 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     cache.reserve(s, b.pos[i] + 1);
     cache.set_length(s, b.pos[i] + 1);
   }
-  std::vector<float> x(n * H), xn(n * H), q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim());
-  std::vector<float> att(n * c.q_dim()), y(n * H), scratch;
-  embedding_forward(x.data(), b.tokens.data(), n, model.embedding(), H);
-  // RoPE angles once per token, for every layer.
+  ForwardWorkspace local;
+  ForwardWorkspace& w = workspace ? *workspace : local;
   const int64_t half = hd / 2;
-  std::vector<float> rope_cos(n * half), rope_sin(n * half);
-  per_token(exec, n, [&](int64_t i) { model.rope().angles(b.pos[i], &rope_cos[i * half], &rope_sin[i * half]); });
+  w.x.resize(n * H), w.xn.resize(n * H), w.y.resize(n * H);
+  w.q.resize(n * c.q_dim()), w.att.resize(n * c.q_dim()), w.k.resize(n * c.kv_dim()), w.v.resize(n * c.kv_dim());
+  w.rope_cos.resize(n * half), w.rope_sin.resize(n * half);
+  w.score_offset.resize(n + 1);
+  w.score_offset[0] = 0;
+  for (int64_t i = 0; i < n; ++i) w.score_offset[i + 1] = w.score_offset[i] + b.pos[i] + 1;  // a range per token
+  w.scores.resize(w.score_offset[n]);
+  const bool fp8_kv = model.plan().fp8_kv_cache;
+  if (fp8_kv) w.kv_codes.resize(n * c.kv_dim()), w.kv_scales.resize(n * nkv);
+  float *x = w.x.data(), *xn = w.xn.data(), *y = w.y.data(), *q = w.q.data(), *k = w.k.data(), *v = w.v.data();
+  float* att = w.att.data();
+  const float *rope_cos = w.rope_cos.data(), *rope_sin = w.rope_sin.data();
+  embedding_forward(x, b.tokens.data(), n, model.embedding(), H);
+  // RoPE angles once per token, for every layer.
+  per_token(exec, n, [&](int64_t i) { model.rope().angles(b.pos[i], &w.rope_cos[i * half], &w.rope_sin[i * half]); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  if (trace) trace->layers.assign(c.num_hidden_layers, {});
+  if (trace) trace->layers.resize(c.num_hidden_layers);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const PreparedLayer& L = model.layer(l);
     LayerTrace* t = trace ? &trace->layers[l] : nullptr;
     // Attention block.
-    rmsnorm_forward(xn.data(), x.data(), L.input_norm, n, H, eps);
-    L.q.forward(xn.data(), n, q.data(), scratch, exec);
-    L.k.forward(xn.data(), n, k.data(), scratch, exec);
-    L.v.forward(xn.data(), n, v.data(), scratch, exec);
-    if (t) t->x_in = x, t->xn1 = xn, t->q_raw = q, t->k_raw = k;
+    rmsnorm_forward(xn, x, L.input_norm, n, H, eps, exec);
+    L.q.forward(xn, n, q, w.scratch, exec);
+    L.k.forward(xn, n, k, w.scratch, exec);
+    L.v.forward(xn, n, v, w.scratch, exec);
+    if (t) {
+      t->x_in.assign(x, x + n * H), t->xn1.assign(xn, xn + n * H);
+      t->q_raw.assign(q, q + n * c.q_dim()), t->k_raw.assign(k, k + n * c.kv_dim());
+    }
     per_token(exec, n, [&](int64_t i) {
       float* qi = &q[i * c.q_dim()];
       float* ki = &k[i * c.kv_dim()];
-      rmsnorm_forward(qi, qi, L.q_norm, nq, hd, eps);
-      rmsnorm_forward(ki, ki, L.k_norm, nkv, hd, eps);
-      rope_forward(qi, nq, hd, &rope_cos[i * half], &rope_sin[i * half]);
-      rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half]);
-      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, model.plan().fp8_kv_cache);
-      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, model.plan().fp8_kv_cache);
+      rmsnorm_forward(qi, qi, L.q_norm, nq, hd, eps, exec);
+      rmsnorm_forward(ki, ki, L.k_norm, nkv, hd, eps, exec);
+      rope_forward(qi, nq, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
+      rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
+      uint8_t* codes = fp8_kv ? &w.kv_codes[i * c.kv_dim()] : nullptr;
+      float* scales = fp8_kv ? &w.kv_scales[i * nkv] : nullptr;
+      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales);
+      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, fp8_kv, codes, scales);
     });
     per_token(exec, n, [&](int64_t i) {
-      std::vector<float> scores(b.pos[i] + 1);
       attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),
-                        b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, scores.data());
+                        b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, &w.scores[w.score_offset[i]], exec);
     });
-    if (t) t->q = q, t->att = att;
-    L.o.forward(att.data(), n, y.data(), scratch, exec);
-    add_inplace(x.data(), y.data(), n * H);
+    if (t) t->q.assign(q, q + n * c.q_dim()), t->att.assign(att, att + n * c.q_dim());
+    L.o.forward(att, n, y, w.scratch, exec);
+    add_inplace(x, y, n * H);
     // MLP block.
-    rmsnorm_forward(xn.data(), x.data(), L.post_norm, n, H, eps);
-    if (t) t->x_mid = x, t->xn2 = xn;
+    rmsnorm_forward(xn, x, L.post_norm, n, H, eps, exec);
+    if (t) t->x_mid.assign(x, x + n * H), t->xn2.assign(xn, xn + n * H);
     if (L.moe)
-      moe(L, c, xn.data(), n, y.data(), scratch, exec, t);
+      moe(L, c, xn, n, y, w, exec, t);
     else
-      mlp(L.gate, L.up, L.down, xn.data(), n, y.data(), scratch, exec, t ? &t->gate : nullptr,
-          t ? &t->up : nullptr, t ? &t->h : nullptr);
-    add_inplace(x.data(), y.data(), n * H);
+      mlp(L.gate, L.up, L.down, xn, n, y, w, exec, t ? &t->gate : nullptr, t ? &t->up : nullptr,
+          t ? &t->h : nullptr);
+    add_inplace(x, y, n * H);
   }
   if (rows) {  // gather the asked-for rows first: the lm_head is per row
-    std::vector<float> xr(rows->size() * H);
-    for (size_t i = 0; i < rows->size(); ++i) std::memcpy(&xr[i * H], &x[(*rows)[i] * H], H * sizeof(float));
     const int64_t m = static_cast<int64_t>(rows->size());
-    rmsnorm_forward(xr.data(), xr.data(), model.final_norm(), m, H, eps);
-    model.lm_head().forward(xr.data(), m, logits, scratch, exec);
+    w.rows_x.resize(m * H);
+    float* xr = w.rows_x.data();
+    for (int64_t i = 0; i < m; ++i) std::memcpy(&xr[i * H], &x[(*rows)[i] * H], H * sizeof(float));
+    rmsnorm_forward(xr, xr, model.final_norm(), m, H, eps, exec);
+    model.lm_head().forward(xr, m, logits, w.scratch, exec);
     return;
   }
-  rmsnorm_forward(xn.data(), x.data(), model.final_norm(), n, H, eps);
-  if (trace) trace->x_final = x, trace->xn_final = xn;
-  model.lm_head().forward(xn.data(), n, logits, scratch, exec);
+  rmsnorm_forward(xn, x, model.final_norm(), n, H, eps, exec);
+  if (trace) trace->x_final.assign(x, x + n * H), trace->xn_final.assign(xn, xn + n * H);
+  model.lm_head().forward(xn, n, logits, w.scratch, exec);
 }
 
 }  // namespace mxrl

@@ -15,7 +15,7 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "model/model.h"
+#include "model/forward.h"
 #include "model/test_models.h"
 #include "model/score.h"
 #include "util/error.h"
@@ -67,6 +67,10 @@ TEST_P(BatchInvariance, LogprobsDoNotDependOnBatchingDecodeOrThreads) {
   expect_bitwise(together, score_sequences(model, reqs, {4096, 1}, {&pool}), "decode");
   // Ragged packing: 7 tokens per call, chunks of 5.
   expect_bitwise(together, score_sequences(model, reqs, {7, 5}, {&pool}), "ragged");
+  // Every kernel on the scalar reference backend (GEMM and the other ops alike
+  // follow Exec::backend), and on AVX-512 where the CPU has it.
+  for (Backend be : {Backend::Scalar, Backend::Avx512})
+    expect_bitwise(together, score_sequences(model, reqs, {4096, 0}, {&pool, be}), backend_name(be));
   // Reversed order of the file.
   auto rev = reqs;
   std::reverse(rev.begin(), rev.end());

@@ -6,22 +6,18 @@
 #include <limits>
 #include <fmt/format.h>
 
+#include "model/precision.h"
 #include "util/error.h"
 
 namespace mxrl {
 
-const char* precision_name(Precision p) {
-  static const char* n[] = {"fp32", "bf16", "mxfp8", "fp8-tensor", "fp8-block128"};
-  return n[static_cast<int>(p)];
-}
+const char* precision_name(Precision p) { return precision_traits(p).name; }
 
 std::string LinearPrecision::str() const {
-  switch (precision) {
-    case Precision::MXFP8: return fmt::format("mxfp8({},{})", elem_traits(elem).name, scale_rule_name(rule));
-    case Precision::FP8Tensor:
-    case Precision::FP8Block128: return fmt::format("{}({})", precision_name(precision), elem_traits(elem).name);
-    default: return precision_name(precision);
-  }
+  const PrecisionTraits& t = precision_traits(precision);
+  if (t.wformat == WFormat::MX) return fmt::format("{}({},{})", t.name, elem_traits(elem).name, scale_rule_name(rule));
+  if (t.wformat == WFormat::FP8) return fmt::format("{}({})", t.name, elem_traits(elem).name);
+  return t.name;
 }
 
 LinearPrecision PrecisionPlan::for_linear(LinearKind kind, int layer, int expert) const {

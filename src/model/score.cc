@@ -1,6 +1,7 @@
 #include "model/score.h"
 
 #include "kernels/ops.h"
+#include "model/forward.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -22,6 +23,7 @@ std::vector<std::vector<float>> score_sequences(const Model& model, const std::v
   std::vector<int> slot(reqs.size(), -1);
   std::vector<int64_t> done(reqs.size(), 0);  // tokens fed so far
   std::vector<float> logits;
+  ForwardWorkspace workspace;
   size_t next = 0;
   // Feed the sequences in order, packing up to max_batch_tokens per call; the
   // last token of a sequence needs no logits but is fed anyway for simplicity.
@@ -48,14 +50,14 @@ std::vector<std::vector<float>> score_sequences(const Model& model, const std::v
       feed(next++);
     }
     logits.resize(b.size() * c.vocab_size);
-    forward(model, cache, b, logits.data(), exec);
+    forward(model, cache, b, logits.data(), exec, nullptr, nullptr, &workspace);
     for (int64_t r = 0; r < b.size(); ++r) {
       const auto [i, pos] = who[r];
       const auto& req = reqs[i];
       if (pos + 1 >= req.prompt_len && pos + 1 < static_cast<int64_t>(req.tokens.size())) {
         float lp;
         const int32_t target = req.tokens[pos + 1];
-        log_softmax_gather(&lp, &logits[r * c.vocab_size], &target, 1, c.vocab_size);
+        log_softmax_gather(&lp, &logits[r * c.vocab_size], &target, 1, c.vocab_size, exec);
         out[i].push_back(lp);
       }
     }

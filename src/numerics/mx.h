@@ -20,12 +20,10 @@
 #include <cstdint>
 
 #include "numerics/formats.h"
-#include "util/cpu.h"
+#include "util/exec.h"
 #include "util/profile.h"
 
 namespace mxrl {
-
-class ThreadPool;
 
 inline constexpr int kMxBlock = 32;
 
@@ -45,13 +43,6 @@ struct MxConfig {
   Axis axis = Axis::Row;
   Rounding round = Rounding::RNE;
   uint64_t seed = 0;  // stochastic rounding only
-};
-
-// How to run: thread pool (null = calling thread only) and backend.
-struct Exec {
-  ThreadPool* pool = nullptr;
-  Backend backend = Backend::Auto;
-  PhaseTimes* times = nullptr;  // when set, quantization and GEMM time is added here
 };
 
 // The E8M0 scale byte for a finite block maximum given as FP32 bits.

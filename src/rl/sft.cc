@@ -75,7 +75,7 @@ void SftConfig::validate() const {
   learner.optim.validate();
 }
 
-Sequence make_sft_sequence(const tok::Tokenizer& tk, const Problem& p, int32_t eos) {
+Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, int32_t eos) {
   Sequence s;
   s.tokens = tk.encode(p.prompt);
   if (s.tokens.empty()) fail("a problem has an empty prompt");
@@ -85,14 +85,14 @@ Sequence make_sft_sequence(const tok::Tokenizer& tk, const Problem& p, int32_t e
   return s;
 }
 
-EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const tok::Tokenizer& tk, int32_t eos,
+EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task, const tok::Tokenizer& tk, int32_t eos,
                     uint64_t seed, int64_t count, int64_t max_new_tokens, const Exec& exec) {
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
   Engine engine(std::move(model), 0, {}, exec);
   for (int64_t i = 0; i < count; ++i) {
     EvalSample s;
-    s.problem = task.generate(Split::Eval, seed, static_cast<uint64_t>(i));
+    s.problem = task.generate(tasks::Split::Eval, seed, static_cast<uint64_t>(i));
     GenerationRequest req;
     req.id = i;
     req.prompt = tk.encode(s.problem.prompt);
@@ -119,7 +119,7 @@ void SftRun::init(ParamTable params, const std::string& tokenizer_json, const st
                   const Exec& exec) {
   cfg_.validate();
   exec_ = exec;
-  task_ = make_task(cfg_.task);
+  task_ = tasks::make_task(cfg_.task);
   if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
   tk_ = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
   tokenizer_json_ = tokenizer_json;
@@ -133,7 +133,7 @@ void SftRun::init(ParamTable params, const std::string& tokenizer_json, const st
   if (max_new_ == 0) {
     int64_t longest = 0;
     for (int64_t i = 0; i < std::max<int64_t>(cfg_.eval_problems, 1); ++i)
-      longest = std::max<int64_t>(longest, tk_->encode(task_->generate(Split::Eval, cfg_.seed, i).answer).size());
+      longest = std::max<int64_t>(longest, tk_->encode(task_->generate(tasks::Split::Eval, cfg_.seed, i).answer).size());
     max_new_ = longest + 8;
   }
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
@@ -189,7 +189,7 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
     batch.clear();
     for (int64_t i = 0; i < cfg_.batch_size; ++i)
       batch.push_back(make_sft_sequence(
-          *tk_, task_->generate(Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), eos_));
+          *tk_, task_->generate(tasks::Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), eos_));
     const StepResult r = learner_->step(batch);
     if (ev.on_step) ev.on_step(step(), r);
     if (cfg_.eval_every > 0 && step() % cfg_.eval_every == 0 && step() < cfg_.steps && cfg_.eval_problems > 0)

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "learner/learner.h"
-#include "rl/tasks.h"
+#include "tasks/tasks.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mxrl::rl {
@@ -40,10 +40,10 @@ struct SftConfig {
 };
 
 // prompt + answer + eos, with the answer's tokens and eos as targets.
-Sequence make_sft_sequence(const tok::Tokenizer& tk, const Problem& p, int32_t eos);
+Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, int32_t eos);
 
 struct EvalSample {
-  Problem problem;
+  tasks::Problem problem;
   std::string completion;
   bool correct = false;
 };
@@ -55,7 +55,7 @@ struct EvalResult {
 
 // Greedy decoding of Eval problems 0..count-1 (seed) through the sampler
 // engine on `model`; exact match by task.verify().
-EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const tok::Tokenizer& tk, int32_t eos,
+EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task, const tok::Tokenizer& tk, int32_t eos,
                     uint64_t seed, int64_t count, int64_t max_new_tokens, const Exec& exec = {});
 
 struct SftEvents {
@@ -82,7 +82,7 @@ class SftRun {
   int64_t step() const;
   Learner& learner() { return *learner_; }
   const tok::Tokenizer& tokenizer() const { return *tk_; }
-  const Task& task() const { return *task_; }
+  const tasks::Task& task() const { return *task_; }
   int32_t eos() const { return eos_; }
 
  private:
@@ -90,7 +90,7 @@ class SftRun {
   void init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
             const Exec& exec);
   SftConfig cfg_;
-  std::unique_ptr<Task> task_;
+  std::unique_ptr<tasks::Task> task_;
   std::optional<tok::Tokenizer> tk_;
   std::string tokenizer_json_, tokenizer_config_json_;
   int32_t eos_ = -1;

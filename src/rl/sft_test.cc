@@ -16,7 +16,7 @@ namespace mxrl::rl {
 namespace {
 namespace fs = std::filesystem;
 
-tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(kTaskCharset, {"<|endoftext|>"}); }
+tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(tasks::kTaskCharset, {"<|endoftext|>"}); }
 
 // A small model with the character tokenizer, saved as a checkpoint directory.
 std::string make_model_dir(const std::string& name, int layers = 2) {

@@ -118,7 +118,7 @@ std::vector<GeneratedSample> Engine::step() {
   }
   const int64_t V = model_->config().vocab_size;
   logits_.resize(rows.size() * V);
-  forward(*model_, cache_, b, logits_.data(), exec_, &rows);
+  forward(*model_, cache_, b, logits_.data(), exec_, &rows, nullptr, &workspace_);
   std::vector<bool> finished(running_.size(), false);
   for (size_t i = 0; i < order.size(); ++i) {
     Seq& s = *order[i];

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model.h"
+#include "model/forward.h"
 #include "sampler/sampling.h"
 
 namespace mxrl {
@@ -107,6 +107,7 @@ class Engine {
   std::vector<std::unique_ptr<Seq>> running_;
   int64_t reserved_ = 0;
   std::vector<float> logits_, scratch_;
+  ForwardWorkspace workspace_;  // reused by every step: decode allocates nothing once grown
 };
 
 }  // namespace mxrl

@@ -99,7 +99,7 @@ class Tokenizer {
 // error naming the character.
 Tokenizer make_char_tokenizer(std::string_view charset, const std::vector<std::string>& special_tokens);
 
-// The built-in tasks' characters (rl/tasks.h) and the tokenizer `mxrl init`
+// The built-in tasks' characters (tasks/tasks.h) and the tokenizer `mxrl init`
 // gives preset models: these characters, then <|endoftext|>, <|im_start|>,
 // <|im_end|> (vocabulary 86).
 inline constexpr std::string_view kBuiltinCharset =

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "tokenizer/tokenizer_impl.h"
+#include "util/splitmix.h"
 
 namespace mxrl::tok::detail {
 
@@ -11,13 +12,6 @@ namespace {
 
 uint64_t hash_bytes(std::string_view s) { return std::hash<std::string_view>{}(s); }
 
-uint64_t mix(uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -41,7 +35,7 @@ void Vocab::place(uint32_t index) {
       by_token_[s] = index + 1;
       break;
     }
-  for (size_t s = mix(uint32_t(entries_[index].id)) & mask;; s = (s + 1) & mask)
+  for (size_t s = splitmix64_mix(uint32_t(entries_[index].id)) & mask;; s = (s + 1) & mask)
     if (by_id_[s] == 0) {
       by_id_[s] = index + 1;
       break;
@@ -75,7 +69,7 @@ int32_t Vocab::find(std::string_view token) const { return find_hashed(token, ha
 std::optional<std::string_view> Vocab::token(int32_t id) const {
   if (by_id_.empty()) return std::nullopt;
   const size_t mask = by_id_.size() - 1;
-  for (size_t s = mix(uint32_t(id)) & mask;; s = (s + 1) & mask) {
+  for (size_t s = splitmix64_mix(uint32_t(id)) & mask;; s = (s + 1) & mask) {
     const uint32_t e = by_id_[s];
     if (e == 0) return std::nullopt;
     const Entry& en = entries_[e - 1];
@@ -106,7 +100,7 @@ void MergeMap::reserve(size_t n) {
 void MergeMap::set(uint64_t key, Merge m) {
   if ((size_ + 1) * 2 > slots_.size()) reserve(size_ * 2 + 16);
   const size_t mask = slots_.size() - 1;
-  for (size_t s = mix(key) & mask;; s = (s + 1) & mask) {
+  for (size_t s = splitmix64_mix(key) & mask;; s = (s + 1) & mask) {
     if (slots_[s].key == key) {
       slots_[s].merge = m;  // a repeated merge takes its last rank
       return;
@@ -122,7 +116,7 @@ void MergeMap::set(uint64_t key, Merge m) {
 const MergeMap::Merge* MergeMap::find(uint64_t key) const {
   if (size_ == 0) return nullptr;
   const size_t mask = slots_.size() - 1;
-  for (size_t s = mix(key) & mask;; s = (s + 1) & mask) {
+  for (size_t s = splitmix64_mix(key) & mask;; s = (s + 1) & mask) {
     if (slots_[s].key == key) return &slots_[s].merge;
     if (slots_[s].key == kEmpty) return nullptr;
   }

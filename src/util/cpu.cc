@@ -28,10 +28,13 @@ const CpuFeatures& cpu_features() {
 }
 
 Backend resolve_backend(Backend requested) {
-  if (requested == Backend::Auto) {
-    const char* env = std::getenv("MXRL_BACKEND");
-    if (env && std::strcmp(env, "scalar") == 0) return Backend::Scalar;
-    return cpu_features().avx512 ? Backend::Avx512 : Backend::Scalar;
+  if (requested == Backend::Auto) {  // read once: every kernel call resolves its backend
+    static const Backend best = [] {
+      const char* env = std::getenv("MXRL_BACKEND");
+      if (env && std::strcmp(env, "scalar") == 0) return Backend::Scalar;
+      return cpu_features().avx512 ? Backend::Avx512 : Backend::Scalar;
+    }();
+    return best;
   }
   if (requested == Backend::Avx512 && !cpu_features().avx512) return Backend::Scalar;
   return requested;

@@ -1,4 +1,4 @@
-#include "rl/dataset.h"
+#include "tasks/dataset.h"
 
 #include <nlohmann/json.hpp>
 
@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <cstring>
 
-#include "rl/random.h"
+#include "tasks/random.h"
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::rl {
+namespace mxrl::tasks {
 
 namespace {
 
@@ -87,4 +87,4 @@ Problem JsonlTask::generate(Split split, uint64_t seed, uint64_t index) const {
 
 std::unique_ptr<Task> load_jsonl_task(const std::string& path) { return JsonlTask::parse(read_file(path), path); }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl::tasks

@@ -1,13 +1,13 @@
-// Deterministic random streams for the RL tasks (internal to mxrl_rl): every
+// Deterministic random streams for the RL tasks (internal to mxrl_tasks): every
 // draw depends only on the key, so problems are reproducible across runs,
 // platforms and thread counts.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
 
-#include "numerics/rng.h"
+#include "util/splitmix.h"
 
-namespace mxrl::rl::detail {
+namespace mxrl::tasks::detail {
 
 // A key mixing several values (order matters).
 inline uint64_t stream_key(std::initializer_list<uint64_t> parts) {
@@ -64,4 +64,4 @@ inline uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
   return x;
 }
 
-}  // namespace mxrl::rl::detail
+}  // namespace mxrl::tasks::detail

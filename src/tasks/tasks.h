@@ -26,7 +26,7 @@
 //       completion: integers, + - *, parentheses and spaces only; each number
 //       of the prompt used at most once (as a multiset), no other numbers, no
 //       unary minus, no leading zeros; the value must equal the target.
-//   jsonl:PATH                a JSONL dataset (see rl/dataset.h).
+//   jsonl:PATH                a JSONL dataset (see tasks/dataset.h).
 //
 // Tasks are immutable: generate() and verify() are safe to call from several
 // threads at once.
@@ -39,7 +39,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-namespace mxrl::rl {
+namespace mxrl::tasks {
 
 // The characters of the built-in character tokenizer; every character of a
 // built-in task's prompt and answer is one of these.
@@ -85,4 +85,4 @@ std::vector<std::string> task_names();
 // "train" / "eval".
 std::string_view split_name(Split s);
 
-}  // namespace mxrl::rl
+}  // namespace mxrl::tasks

@@ -1,4 +1,4 @@
-#include "rl/tasks.h"
+#include "tasks/tasks.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl::tasks {
 namespace {
 
 using u128 = unsigned __int128;
@@ -569,4 +569,4 @@ TEST(Tasks, OnlyCharsetCharacters) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl::tasks

@@ -1,4 +1,4 @@
-#include "rl/dataset.h"
+#include "tasks/dataset.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "rl/random.h"
+#include "tasks/random.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl::tasks {
 namespace {
 
 namespace fs = std::filesystem;
@@ -281,4 +281,4 @@ TEST(Permute, IsABijection) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl::tasks

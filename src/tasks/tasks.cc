@@ -1,4 +1,4 @@
-#include "rl/tasks.h"
+#include "tasks/tasks.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -8,11 +8,11 @@
 #include <map>
 #include <optional>
 
-#include "rl/dataset.h"
-#include "rl/random.h"
+#include "tasks/dataset.h"
+#include "tasks/random.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl::tasks {
 
 namespace {
 
@@ -454,4 +454,4 @@ std::unique_ptr<Task> make_task(const std::string& spec) {
   return std::make_unique<CountdownTask>(std::move(canon), static_cast<int>(v[0]), v[1]);
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl::tasks

@@ -8,7 +8,7 @@
 // "data.jsonl: empty file (no items)"; an unreadable one
 // "data.jsonl: cannot read: <strerror>".
 //
-// Split: an item is in Eval iff is_eval_prompt(prompt) (rl/tasks.h), the same
+// Split: an item is in Eval iff is_eval_prompt(prompt) (tasks/tasks.h), the same
 // prompt hash as the built-in tasks (~10% of items). Fallback: if that leaves
 // either split empty, the last item (with every item sharing its prompt) goes
 // to Eval and all the others to Train. A file with a single item, or whose
@@ -25,9 +25,9 @@
 #include <string_view>
 #include <vector>
 
-#include "rl/tasks.h"
+#include "tasks/tasks.h"
 
-namespace mxrl::rl {
+namespace mxrl::tasks {
 
 class JsonlTask : public Task {
  public:
@@ -52,4 +52,4 @@ class JsonlTask : public Task {
 // Reads and parses a JSONL file (see above).
 std::unique_ptr<Task> load_jsonl_task(const std::string& path);
 
-}  // namespace mxrl::rl
+}  // namespace mxrl::tasks

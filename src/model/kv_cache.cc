@@ -1,0 +1,45 @@
+#include "model/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mxrl {
+
+KvCache::KvCache(const ModelConfig& cfg) : layers_(cfg.num_hidden_layers), kv_dim_(cfg.kv_dim()) {}
+
+int KvCache::add_sequence() {
+  if (!free_.empty()) {
+    const int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  k_.emplace_back();
+  v_.emplace_back();
+  cap_.push_back(0);
+  len_.push_back(0);
+  return static_cast<int>(len_.size()) - 1;
+}
+
+void KvCache::reset(int slot) { len_[slot] = 0; }
+
+void KvCache::release(int slot) {
+  std::vector<float>().swap(k_[slot]);
+  std::vector<float>().swap(v_[slot]);
+  cap_[slot] = len_[slot] = 0;
+  free_.push_back(slot);
+}
+
+void KvCache::reserve(int slot, int64_t n) {
+  if (n <= cap_[slot]) return;
+  int64_t cap = std::max<int64_t>(n, cap_[slot] * 2);
+  for (auto* buf : {&k_[slot], &v_[slot]}) {
+    std::vector<float> grown(layers_ * cap * kv_dim_);
+    for (int64_t l = 0; l < layers_ && len_[slot] > 0; ++l)
+      std::memcpy(&grown[l * cap * kv_dim_], buf->data() + l * cap_[slot] * kv_dim_,
+                  len_[slot] * kv_dim_ * sizeof(float));
+    *buf = std::move(grown);
+  }
+  cap_[slot] = cap;
+}
+
+}  // namespace mxrl

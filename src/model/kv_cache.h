@@ -1,0 +1,47 @@
+// The KV cache the forward pass reads and appends to, and the batch of
+// tokens that says which cache slot and position each token belongs to.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace mxrl {
+
+// Keys and values per sequence slot and layer, after k_norm and RoPE:
+// [layer][pos][kv_dim] each, growing as positions are written.
+class KvCache {
+ public:
+  explicit KvCache(const ModelConfig& cfg);
+  int add_sequence();                 // an empty slot (reusing released ones)
+  void reset(int slot);               // length back to 0
+  void release(int slot);             // frees the slot's memory; add_sequence may reuse it
+  int64_t length(int slot) const { return len_[slot]; }
+  int num_slots() const { return static_cast<int>(len_.size()); }
+  // Make room for positions [0, n) of a slot.
+  void reserve(int slot, int64_t n);
+  void set_length(int slot, int64_t n) { len_[slot] = n; }
+  float* k(int slot, int64_t layer, int64_t pos) { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  float* v(int slot, int64_t layer, int64_t pos) { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  const float* k(int slot, int64_t layer, int64_t pos) const { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  const float* v(int slot, int64_t layer, int64_t pos) const { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
+  int64_t kv_dim() const { return kv_dim_; }
+
+ private:
+  int64_t layers_, kv_dim_;
+  std::vector<std::vector<float>> k_, v_;
+  std::vector<int64_t> cap_, len_;
+  std::vector<int> free_;
+};
+
+// A batch of tokens: token i belongs to cache slot slot[i] at position
+// pos[i]. A slot's tokens in one call must be consecutive positions
+// continuing its cache (the first at the slot's current length).
+struct TokenBatch {
+  std::vector<int32_t> tokens, slot;
+  std::vector<int64_t> pos;
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  void add(int32_t token, int s, int64_t p) { tokens.push_back(token), slot.push_back(s), pos.push_back(p); }
+};
+
+}  // namespace mxrl
