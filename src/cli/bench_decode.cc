@@ -194,6 +194,7 @@ void bench_decode(const DecodeArgs& a) {
   for (size_t bi = 0; bi < a.batches.size(); ++bi) {
     const int64_t B = a.batches[bi];
     std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<ForwardWorkspace> workspaces(np);  // one per plan, reused as the engine reuses its own
     std::vector<int> slots(B);
     for (size_t pi = 0; pi < np; ++pi) {
       caches.push_back(std::make_unique<KvCache>(cfg));
@@ -214,7 +215,7 @@ void bench_decode(const DecodeArgs& a) {
         progress.show(fmt::format("  {} batch {}: prefill {}/{} {}", a.shape, B, rep + 1, a.prefill_reps, a.plans[pi]));
         for (const int s : slots) caches[pi]->reset(s);
         const auto s0 = Clock::now();
-        forward(*models[pi], *caches[pi], prefill, logits.data(), exec, &rows);
+        forward(*models[pi], *caches[pi], prefill, logits.data(), exec, &rows, nullptr, &workspaces[pi]);
         tp[pi].push_back(seconds_since(s0));
       }
     // Decode from the last prefill: one token per sequence and step.
@@ -226,7 +227,7 @@ void bench_decode(const DecodeArgs& a) {
       for (size_t pi = 0; pi < np; ++pi) {
         progress.show(fmt::format("  {} batch {}: decode step {}/{} {}", a.shape, B, step + 1, a.steps, a.plans[pi]));
         const auto s0 = Clock::now();
-        forward(*models[pi], *caches[pi], d, logits.data(), exec);
+        forward(*models[pi], *caches[pi], d, logits.data(), exec, nullptr, nullptr, &workspaces[pi]);
         td[pi].push_back(seconds_since(s0));
       }
     }

@@ -32,7 +32,6 @@
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/json_read.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -136,6 +135,7 @@ void run_generate(const GenerateArgs& a) {
   int64_t tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto show = [&](bool force) {
+    if (!progress.on()) return;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t n = static_cast<int64_t>(samples.size());
     progress.show(fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s", Progress::bar(n, total, 30), n,
