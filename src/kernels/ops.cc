@@ -19,7 +19,8 @@ const OpsKernels& ops_kernels(Backend b) {
 }
 }  // namespace detail
 
-void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps, const Exec& exec) {
+void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                     const Exec& exec) {
   detail::ops_kernels(exec.backend).rmsnorm(y, x, w, rows, dim, eps);
 }
 
@@ -49,11 +50,14 @@ void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope, c
   rope_forward(x, heads, rope.head_dim, c.data(), s.data(), exec);
 }
 
-void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin, const Exec& exec) {
+void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin,
+                  const Exec& exec) {
   detail::ops_kernels(exec.backend).rope(x, heads, head_dim, cos, sin);
 }
 
-void swiglu_forward(float* h, const float* gate, const float* up, int64_t n, const Exec& exec) { detail::ops_kernels(exec.backend).swiglu(h, gate, up, n); }
+void swiglu_forward(float* h, const float* gate, const float* up, int64_t n, const Exec& exec) {
+  detail::ops_kernels(exec.backend).swiglu(h, gate, up, n);
+}
 
 void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos,
                        int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
@@ -61,15 +65,20 @@ void attention_forward(float* out, const float* q, const float* k, const float* 
   detail::ops_kernels(exec.backend).attention(out, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
 
-void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec) { detail::ops_kernels(exec.backend).softmax(x, rows, n); }
+void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec) {
+  detail::ops_kernels(exec.backend).softmax(x, rows, n);
+}
 
-void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n, const Exec& exec) {
-  for (int64_t r = 0; r < rows; ++r) out[r] = logits[r * n + targets[r]] - detail::ops_kernels(exec.backend).logsumexp(logits + r * n, n);
+void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n,
+                        const Exec& exec) {
+  const auto& k = detail::ops_kernels(exec.backend);
+  for (int64_t r = 0; r < rows; ++r) out[r] = logits[r * n + targets[r]] - k.logsumexp(logits + r * n, n);
 }
 
 void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t n, const Exec& exec) {
+  const auto& k = detail::ops_kernels(exec.backend);
   for (int64_t r = 0; r < rows; ++r) {
-    const float lse = detail::ops_kernels(exec.backend).logsumexp(logits + r * n, n);
+    const float lse = k.logsumexp(logits + r * n, n);
     for (int64_t i = 0; i < n; ++i) out[r * n + i] = logits[r * n + i] - lse;
   }
 }

@@ -5,9 +5,9 @@
 // orders of kernels/math.h.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "util/exec.h"
-#include <vector>
 
 namespace mxrl {
 

@@ -20,6 +20,12 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
+bool ModelConfig::has_dense_layer() const {
+  for (int64_t i = 0; i < num_hidden_layers; ++i)
+    if (!is_moe_layer(i)) return true;
+  return false;
+}
+
 void ModelConfig::validate(const std::string& label) const {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail("{}: {} must be positive (got {})", label, name, v);
@@ -39,9 +45,7 @@ void ModelConfig::validate(const std::string& label) const {
   if (head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for RoPE", label, head_dim);
   if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) fail("{}: rms_norm_eps must be positive", label);
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail("{}: rope_theta must be positive", label);
-  bool any_dense = !is_moe();
-  for (int64_t i = 0; i < num_hidden_layers; ++i) any_dense |= !is_moe_layer(i);
-  if (any_dense) positive("intermediate_size", intermediate_size);
+  if (has_dense_layer()) positive("intermediate_size", intermediate_size);
   if (num_experts < 0) fail("{}: num_experts must not be negative (got {})", label, num_experts);
   if (is_moe()) {
     positive("num_experts_per_tok", num_experts_per_tok);
@@ -140,6 +144,12 @@ class Fields {
 // fallback; 4.x reads top-level rope_theta and rope_scaling. Only the default
 // (unscaled) RoPE over the whole head is implemented; where the two spellings
 // disagree the config is ambiguous and refused.
+// partial_rotary_factor (top level, or inside the RoPE dict): only 1 is implemented.
+void check_full_rotation(const json& v, const std::string& label, const std::string& field) {
+  if (jsonr::number(v, fmt::format("{}: field '{}'", label, field)) != 1.0)
+    fail("{}: field '{}' = {} is not supported (mxrl rotates the whole head)", label, field, jsonr::brief(v));
+}
+
 void read_rope(Fields& f, const std::string& label, double& theta) {
   const json* top_theta = f.find_non_null("rope_theta");
   const json* scaling = f.find("rope_scaling");
@@ -165,17 +175,14 @@ void read_rope(Fields& f, const std::string& label, double& theta) {
     }
     for (auto it = rp->begin(); it != rp->end(); ++it) {
       const std::string& k = it.key();
-      const std::string field = fmt::format("{}.{}", rp_name, k);
       if (k == "rope_type" || k == "type") continue;
-      if (k == "rope_theta") {
+      const std::string field = fmt::format("{}.{}", rp_name, k);
+      if (k == "rope_theta")
         inner_theta = &it.value();
-      } else if (k == "partial_rotary_factor") {
-        if (jsonr::number(it.value(), fmt::format("{}: field '{}'", label, field)) != 1.0)
-          fail("{}: field '{}' = {} is not supported (mxrl rotates the whole head)", label, field,
-               jsonr::brief(it.value()));
-      } else {
+      else if (k == "partial_rotary_factor")
+        check_full_rotation(it.value(), label, field);
+      else
         fail("{}: field '{}' is not supported (mxrl implements only the default, unscaled RoPE)", label, field);
-      }
     }
   }
   if (inner_theta) {
@@ -186,9 +193,7 @@ void read_rope(Fields& f, const std::string& label, double& theta) {
   } else if (top_theta) {
     theta = jsonr::number(*top_theta, f.where("rope_theta"));
   }
-  if (const json* p = f.find_non_null("partial_rotary_factor"); p && jsonr::number(*p, f.where("partial_rotary_factor")) != 1.0)
-    fail("{}: field 'partial_rotary_factor' = {} is not supported (mxrl rotates the whole head)", label,
-         jsonr::brief(*p));
+  if (const json* p = f.find_non_null("partial_rotary_factor")) check_full_rotation(*p, label, "partial_rotary_factor");
 }
 
 }  // namespace
@@ -269,11 +274,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& label) {
     f.number("router_aux_loss_coef", c.router_aux_loss_coef);
   }
   f.refuse_unknown();
-  if (c.num_hidden_layers > 0 && c.intermediate_size == 0) {
-    bool any_dense = !c.is_moe();
-    for (int64_t i = 0; i < c.num_hidden_layers && !any_dense; ++i) any_dense = !c.is_moe_layer(i);
-    if (any_dense) fail("{}: missing field 'intermediate_size' (a layer has a dense MLP)", label);
-  }
+  if (c.intermediate_size == 0 && c.has_dense_layer())
+    fail("{}: missing field 'intermediate_size' (a layer has a dense MLP)", label);
   c.validate(label);
   return c;
 }

@@ -52,6 +52,7 @@ struct ModelConfig {
   bool is_moe() const { return num_experts > 0; }
   // As transformers' Qwen3MoeDecoderLayer decides.
   bool is_moe_layer(int64_t layer) const;
+  bool has_dense_layer() const;  // some layer has a dense MLP (intermediate_size is used)
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
   // The first eos id, or -1.
