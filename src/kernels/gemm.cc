@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -98,6 +100,23 @@ void PackedWeight::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 size_t PackedWeight::bytes() const {
   return panel_bytes_ * static_cast<size_t>(panels_) + mx_scales_.size() + fp8_scales_.size() * sizeof(float) +
          fast_.size();
+}
+
+uint64_t PackedWeight::fingerprint() const {
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> st(XXH3_createState(), XXH3_freeState);
+  if (!st) fail("gemm fingerprint: out of memory");
+  XXH3_64bits_reset(st.get());
+  auto add = [&](const void* p, size_t bytes) {
+    if (bytes > 0) XXH3_64bits_update(st.get(), p, bytes);
+  };
+  const int64_t fields[] = {static_cast<int64_t>(fmt_), static_cast<int64_t>(elem_), n_, k_, panels_,
+                            static_cast<int64_t>(panel_bytes_), group_k_, k_groups_};
+  add(fields, sizeof(fields));
+  add(data_.get(), panel_bytes_ * static_cast<size_t>(panels_));
+  add(mx_scales_.data(), mx_scales_.size());
+  add(fp8_scales_.data(), fp8_scales_.size() * sizeof(float));
+  add(fast_.data(), fast_.size());
+  return XXH3_64bits_digest(st.get());
 }
 
 PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {

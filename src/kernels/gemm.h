@@ -69,6 +69,11 @@ class PackedWeight {
   WFormat format() const { return fmt_; }
   ElemType elem() const { return elem_; }
   size_t bytes() const;  // owned storage
+  // XXH3-64 over the shape and format fields and every owned buffer (panels,
+  // scales, fast flags): equal for two packings of the same view, and changed
+  // by any difference in them. What a freshness check compares against a
+  // re-pack of the weights the linear holds.
+  uint64_t fingerprint() const;
 
   // --- layout, for the kernels ---
   int64_t panels() const { return panels_; }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "util/error.h"
+
 namespace mxrl {
 
 KvCache::KvCache(const ModelConfig& cfg) : layers_(cfg.num_hidden_layers), kv_dim_(cfg.kv_dim()) {}
@@ -40,6 +42,18 @@ void KvCache::reserve(int slot, int64_t n) {
     *buf = std::move(grown);
   }
   cap_[slot] = cap;
+}
+
+void KvCache::copy_prefix(int src, int dst, int64_t n) {
+  if (src == dst) fail("kv cache: copy_prefix from slot {} onto itself", src);
+  if (n < 0 || n > len_[src]) fail("kv cache: copy_prefix of {} positions from slot {} of length {}", n, src, len_[src]);
+  reserve(dst, n);
+  const size_t bytes = static_cast<size_t>(n * kv_dim_) * sizeof(float);
+  for (int64_t l = 0; l < layers_ && n > 0; ++l) {
+    std::memcpy(k(dst, l, 0), k(src, l, 0), bytes);
+    std::memcpy(v(dst, l, 0), v(src, l, 0), bytes);
+  }
+  len_[dst] = n;
 }
 
 }  // namespace mxrl

@@ -21,6 +21,11 @@ class KvCache {
   // Make room for positions [0, n) of a slot.
   void reserve(int slot, int64_t n);
   void set_length(int slot, int64_t n) { len_[slot] = n; }
+  // Positions [0, n) of every layer's keys and values of slot src, copied
+  // bit for bit into slot dst, whose length becomes n (what it held is
+  // overwritten). Throws mxrl::Error unless 0 <= n <= length(src) and the
+  // slots are distinct.
+  void copy_prefix(int src, int dst, int64_t n);
   float* k(int slot, int64_t layer, int64_t pos) { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
   float* v(int slot, int64_t layer, int64_t pos) { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
   const float* k(int slot, int64_t layer, int64_t pos) const { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }

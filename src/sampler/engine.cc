@@ -14,6 +14,7 @@ Engine::Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptio
     : model_(std::move(model)), version_(version), opt_(opt), exec_(exec), cache_(model_->config()) {
   if (opt_.kv_budget_tokens < 1) fail("engine: kv budget must be positive");
   if (opt_.max_prefill_tokens < 1) fail("engine: max_prefill_tokens must be positive");
+  plan_ = {model_, version_, epoch_};
 }
 
 int64_t Engine::submit(const GenerationRequest& r) {
@@ -38,6 +39,7 @@ int64_t Engine::submit(const GenerationRequest& r) {
   const int64_t sub = static_cast<int64_t>(requests_.size());
   requests_.push_back(r);
   requests_.back().id = id;
+  waiting_prompts_[r.prompt] += r.n;
   for (int64_t i = 0; i < r.n; ++i) {
     Seq s;
     s.request = sub;
@@ -69,77 +71,185 @@ void Engine::stage(const WeightShipment& shipment, uint64_t version) {
   stage(std::move(next), version);
 }
 
-void Engine::maybe_swap() {
-  if (!staged_ || !running_.empty()) return;
-  model_ = std::move(staged_);
-  version_ = staged_version_;
-  cache_ = KvCache(model_->config());  // nothing derived from the old weights survives
+bool Engine::swap_now() {
+  if (!staged_ || !running_.empty()) return false;
+  drop_prefixes();
+  cache_ = KvCache(staged_->config());  // nothing derived from the old weights survives
   ++epoch_;
+  model_ = std::move(staged_);
+  staged_ = nullptr;
+  plan_ = {model_, staged_version_, epoch_};
+  version_ = staged_version_;  // reported only once everything is rebuilt
+  return true;
 }
 
-void Engine::admit(std::vector<Seq*>& prefill) {
+std::vector<DerivedObject> Engine::derived_objects() const {
+  std::vector<DerivedObject> out;
+  out.push_back({"plan", "decode plan", plan_.version, plan_.epoch});
+  for (const auto& [prompt, e] : prefix_)
+    out.push_back({"prefix", fmt::format("prompt of {} tokens in slot {}", e.len, e.slot), e.version, e.epoch});
+  for (const auto& s : running_)
+    out.push_back({"kv", fmt::format("request {} sample {} in slot {}", s->out.request, s->out.index, s->slot),
+                   s->kv_version, s->kv_epoch});
+  return out;
+}
+
+std::vector<std::vector<float>> Engine::score(const std::vector<ScoreRequest>& reqs) const {
+  return score_sequences(*plan_.model, reqs, {}, exec_);
+}
+
+std::vector<float> Engine::sequence_logits(const std::vector<int32_t>& tokens) const {
+  return mxrl::sequence_logits(*plan_.model, tokens, exec_);
+}
+
+Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt) {
+  auto it = prefix_.find(prompt);
+  return it == prefix_.end() ? nullptr : &it->second;
+}
+
+Engine::PrefixEntry& Engine::new_prefix(const std::vector<int32_t>& prompt) {
+  const auto it = prefix_.try_emplace(prompt).first;
+  PrefixEntry& e = it->second;
+  e.prompt = &it->first;
+  e.slot = cache_.add_sequence();
+  e.len = static_cast<int64_t>(prompt.size());
+  e.version = plan_.version;
+  e.epoch = plan_.epoch;
+  reserved_ += e.len;
+  return e;
+}
+
+void Engine::release_unused_prefixes() {
+  for (auto it = prefix_.begin(); it != prefix_.end();) {
+    if (waiting_prompts_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    cache_.release(it->second.slot);
+    reserved_ -= it->second.len;
+    it = prefix_.erase(it);
+  }
+}
+
+void Engine::drop_prefixes() {
+  for (const auto& [prompt, e] : prefix_) {
+    cache_.release(e.slot);
+    reserved_ -= e.len;
+  }
+  prefix_.clear();
+}
+
+// Admits waiting samples in order while the budget and the prefill cap allow.
+// A sample whose prompt has a live entry costs its own reservation; one that
+// creates the entry also its prompt's length (budget and prefill); one whose
+// entry cannot fit beside it prefills its own slot. When nothing runs and the
+// next sample does not fit, the prefix entries are dropped (recomputed later).
+void Engine::admit(std::vector<PrefixEntry*>& fresh) {
   int64_t tokens = 0;
   while (!waiting_.empty() && !staged_) {
     Seq& s = waiting_.front();
-    const int64_t len = static_cast<int64_t>(requests_[s.request].prompt.size());
-    if (reserved_ + s.reserved > opt_.kv_budget_tokens) break;
-    if (tokens + len > opt_.max_prefill_tokens) break;
-    tokens += len;
+    const std::vector<int32_t>& prompt = requests_[s.request].prompt;
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    PrefixEntry* e = opt_.prefix_sharing ? find_prefix(prompt) : nullptr;
+    const bool share = opt_.prefix_sharing && (e || len + s.reserved <= opt_.kv_budget_tokens);
+    const int64_t cost = s.reserved + (share && !e ? len : 0);
+    const int64_t prefill = share && e ? 0 : len;
+    if (reserved_ + cost > opt_.kv_budget_tokens && running_.empty() && !prefix_.empty()) {
+      drop_prefixes();
+      continue;
+    }
+    if (reserved_ + cost > opt_.kv_budget_tokens || tokens + prefill > opt_.max_prefill_tokens) break;
+    tokens += prefill;
     reserved_ += s.reserved;
     s.slot = cache_.add_sequence();
+    s.stage = share ? Stage::Attach : Stage::Prefill;
+    if (share && !e) {
+      e = &new_prefix(prompt);
+      fresh.push_back(e);
+    }
+    s.prefix = e;
+    auto w = waiting_prompts_.find(prompt);
+    if (--w->second == 0) waiting_prompts_.erase(w);
     running_.push_back(std::make_unique<Seq>(std::move(s)));
     waiting_.pop_front();
-    prefill.push_back(running_.back().get());
   }
 }
 
-std::vector<GeneratedSample> Engine::step() {
-  maybe_swap();
-  std::vector<Seq*> prefill;
-  admit(prefill);
-  std::vector<GeneratedSample> done;
-  if (running_.empty()) return done;
-  // One forward call: whole prompts of the newly admitted samples, the last
-  // token of every other one; logits only at each sample's last row.
+// The one forward call of the step — whole prompts of the fresh prefix
+// entries and of samples prefilling their own slot, the last token of every
+// decoding sample; logits only at last rows — then the prefix copies. Returns
+// the logits row each running sample draws from, in running order.
+std::vector<Engine::Row> Engine::compute_rows(const std::vector<PrefixEntry*>& fresh) {
   TokenBatch b;
   std::vector<int64_t> rows;
-  std::vector<Seq*> order;
+  auto add_prompt = [&](const std::vector<int32_t>& p, int slot) {
+    for (size_t t = 0; t < p.size(); ++t) b.add(p[t], slot, static_cast<int64_t>(t));
+    rows.push_back(b.size() - 1);
+  };
+  for (PrefixEntry* e : fresh) add_prompt(*e->prompt, e->slot);
   for (auto& sp : running_) {
     Seq& s = *sp;
-    if (!s.prefilled) {
-      const auto& p = requests_[s.request].prompt;
-      for (size_t t = 0; t < p.size(); ++t) b.add(p[t], s.slot, static_cast<int64_t>(t));
-      s.prefilled = true;
-    } else {
+    if (s.stage == Stage::Prefill) add_prompt(requests_[s.request].prompt, s.slot);
+    if (s.stage == Stage::Decode) {
       b.add(s.out.tokens.back(), s.slot, cache_.length(s.slot));
+      rows.push_back(b.size() - 1);
     }
-    rows.push_back(b.size() - 1);
-    order.push_back(&s);
   }
-  const int64_t V = model_->config().vocab_size;
+  const int64_t V = plan_.model->config().vocab_size;
   logits_.resize(rows.size() * V);
-  forward(*model_, cache_, b, logits_.data(), exec_, &rows, nullptr, &workspace_);
-  std::vector<bool> finished(running_.size(), false);
-  for (size_t i = 0; i < order.size(); ++i) {
-    Seq& s = *order[i];
-    const GenerationRequest& r = requests_[s.request];
-    const int64_t step = static_cast<int64_t>(s.out.tokens.size());
-    const double u = sample_uniform(r.seed, static_cast<uint64_t>(r.id), static_cast<uint64_t>(s.index),
-                                    static_cast<uint64_t>(step));
-    const Sampled tok = sample_token(&logits_[i * V], V, r.sampling, u, scratch_);
-    s.out.tokens.push_back(tok.token);
-    s.out.logprobs.push_back(tok.logprob);
-    const int64_t total = static_cast<int64_t>(r.prompt.size() + s.out.tokens.size());
-    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok.token) != r.stop_tokens.end()) {
-      s.out.finish = FinishReason::Stop;
-      finished[i] = true;
-    } else if (static_cast<int64_t>(s.out.tokens.size()) >= r.max_new_tokens ||
-               total >= model_->config().max_position_embeddings) {
-      s.out.finish = FinishReason::Length;
-      finished[i] = true;
+  if (b.size() > 0) forward(*plan_.model, cache_, b, logits_.data(), exec_, &rows, nullptr, &workspace_);
+  for (size_t i = 0; i < fresh.size(); ++i) fresh[i]->logits.assign(&logits_[i * V], &logits_[(i + 1) * V]);
+  std::vector<Row> out;
+  size_t next = fresh.size();
+  for (auto& sp : running_) {
+    Seq& s = *sp;
+    if (s.stage == Stage::Attach) {
+      out.push_back(attach(s));
+    } else {
+      if (s.stage == Stage::Prefill) s.kv_version = plan_.version, s.kv_epoch = plan_.epoch;
+      out.push_back({&logits_[next++ * V], plan_.version});
     }
+    s.stage = Stage::Decode;
   }
-  // Retire finished samples (in running order), freeing their cache.
+  return out;
+}
+
+Engine::Row Engine::attach(Seq& s) {
+  const PrefixEntry& e = *s.prefix;
+  if (e.version != plan_.version || e.epoch != plan_.epoch)
+    fail("engine: internal: prefix entry of version {} (epoch {}) used under version {} (epoch {})", e.version,
+         e.epoch, plan_.version, plan_.epoch);
+  cache_.copy_prefix(e.slot, s.slot, e.len);
+  s.kv_version = e.version;
+  s.kv_epoch = e.epoch;
+  s.prefix = nullptr;
+  return {e.logits.data(), e.version};
+}
+
+bool Engine::sample_next(Seq& s, const Row& row) {
+  const GenerationRequest& r = requests_[s.request];
+  const int64_t V = plan_.model->config().vocab_size;
+  const int64_t step = static_cast<int64_t>(s.out.tokens.size());
+  const double u = sample_uniform(r.seed, static_cast<uint64_t>(r.id), static_cast<uint64_t>(s.index),
+                                  static_cast<uint64_t>(step));
+  const Sampled tok = sample_token(row.logits, V, r.sampling, u, scratch_);
+  s.out.tokens.push_back(tok.token);
+  s.out.logprobs.push_back(tok.logprob);
+  s.out.token_versions.push_back(row.version);
+  if (opt_.record_logits) s.out.logits.insert(s.out.logits.end(), row.logits, row.logits + V);
+  const int64_t total = static_cast<int64_t>(r.prompt.size() + s.out.tokens.size());
+  if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), tok.token) != r.stop_tokens.end()) {
+    s.out.finish = FinishReason::Stop;
+    return true;
+  }
+  s.out.finish = FinishReason::Length;
+  return static_cast<int64_t>(s.out.tokens.size()) >= r.max_new_tokens ||
+         total >= plan_.model->config().max_position_embeddings;
+}
+
+// Retires finished samples (in running order), freeing their cache.
+std::vector<GeneratedSample> Engine::retire(const std::vector<bool>& finished) {
+  std::vector<GeneratedSample> done;
   std::vector<std::unique_ptr<Seq>> still;
   for (size_t i = 0; i < running_.size(); ++i) {
     if (!finished[i]) {
@@ -147,7 +257,11 @@ std::vector<GeneratedSample> Engine::step() {
       continue;
     }
     Seq& s = *running_[i];
-    s.out.version = version_;
+    s.out.version = plan_.version;
+    for (uint64_t v : s.out.token_versions)
+      if (v != s.out.version)
+        fail("engine: internal: sample {} of request {} mixes versions {} and {}", s.out.index, s.out.request, v,
+             s.out.version);
     cache_.release(s.slot);
     reserved_ -= s.reserved;
     done.push_back(std::move(s.out));
@@ -156,12 +270,25 @@ std::vector<GeneratedSample> Engine::step() {
   return done;
 }
 
+std::vector<GeneratedSample> Engine::step() {
+  swap_now();
+  std::vector<PrefixEntry*> fresh;
+  admit(fresh);
+  std::vector<GeneratedSample> done;
+  if (running_.empty()) return done;
+  const std::vector<Row> rows = compute_rows(fresh);
+  std::vector<bool> finished(running_.size(), false);
+  for (size_t i = 0; i < running_.size(); ++i) finished[i] = sample_next(*running_[i], rows[i]);
+  release_unused_prefixes();  // after the copies; the rows above are no longer read
+  return retire(finished);
+}
+
 std::vector<GeneratedSample> Engine::run() {
   std::vector<GeneratedSample> all;
   while (!idle() || staged_) {
     auto d = step();
     for (auto& s : d) all.push_back(std::move(s));
-    if (idle() && staged_) maybe_swap();
+    if (idle()) swap_now();
   }
   return all;
 }

@@ -1,10 +1,14 @@
 // The rollout engine: agreement with the scorer, independence from batch
-// composition, budget and threads, finish reasons, and versioned weights.
+// composition, budget and threads, finish reasons, versioned weights, prefix
+// sharing (bitwise invisible, never across versions), recorded logits and the
+// introspection a freshness check reads.
 #include "sampler/engine.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <set>
 
 #include "model/digest.h"
 #include "model/init.h"
@@ -239,6 +243,305 @@ TEST(Engine, ShippedWeightsAreUsedByteForByte) {
     sr.tokens.insert(sr.tokens.end(), out[0].tokens.begin(), out[0].tokens.end());
     const auto lp = score_sequences(learner, {sr})[0];
     for (size_t t = 0; t < lp.size(); ++t) EXPECT_EQ(f32_bits(lp[t]), f32_bits(out[0].logprobs[t]));
+  }
+}
+
+// Requests for GRPO-like batches: n = 4..8, mixed prompt lengths, two
+// requests sharing one prompt, one with stop tokens.
+std::vector<GenerationRequest> grouped_requests(int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest r;
+    r.id = 200 + i;
+    const int len = i == 4 ? static_cast<int>(out[1].prompt.size()) : 1 + static_cast<int>(rng() % 17);
+    for (int t = 0; t < len; ++t) r.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    if (i == 4) r.prompt = out[1].prompt;  // the same prompt as request 201
+    r.n = 4 + i % 5;
+    r.max_new_tokens = 3 + (i * 5) % 9;
+    r.sampling.top_p = i % 2 ? 0.9f : 1.0f;
+    if (i == 2) r.stop_tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    r.seed = 11;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Every sample's tokens were generated under its own version.
+void expect_versions(const Samples& all) {
+  for (const auto& s : all) {
+    ASSERT_EQ(s.token_versions.size(), s.tokens.size());
+    for (uint64_t v : s.token_versions) EXPECT_EQ(v, s.version);
+  }
+}
+
+void expect_same_logits(const Samples& a, const Samples& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].logits.size(), b[i].logits.size()) << what;
+    EXPECT_EQ(std::memcmp(a[i].logits.data(), b[i].logits.data(), a[i].logits.size() * sizeof(float)), 0)
+        << what << " sample " << i;
+  }
+}
+
+int64_t count_kind(const std::vector<DerivedObject>& objs, const std::string& kind) {
+  return std::count_if(objs.begin(), objs.end(), [&](const DerivedObject& o) { return o.kind == kind; });
+}
+
+class EngineSharing : public ::testing::TestWithParam<std::tuple<bool, std::string>> {};
+
+TEST_P(EngineSharing, PrefixSharingIsBitwiseInvisible) {
+  const auto [moe, plan] = GetParam();
+  ParamTable params(small_test_config(moe));
+  init_params(params, 7, 0.2f);
+  auto model = std::make_shared<const Model>(params, PrecisionPlan::resolve(plan));
+  const auto reqs = grouped_requests(params.config().vocab_size, 5);
+  EngineOptions off;
+  off.prefix_sharing = false;
+  off.record_logits = true;
+  const Samples base = generate(model, reqs, off);
+  size_t expected = 0;
+  for (const auto& r : reqs) expected += r.n;
+  ASSERT_EQ(base.size(), expected);
+  expect_versions(base);
+  ThreadPool pool(3);
+  // Budgets from "everything at once" down to one sample (plus its prefix) at a time.
+  for (int64_t budget : {int64_t{1} << 20, int64_t{90}, int64_t{40}, int64_t{30}})
+    for (int64_t prefill : {int64_t{4096}, int64_t{17}})
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        EngineOptions on{budget, prefill, true, true};
+        const std::string what = fmt::format("budget {} prefill {} threads {}", budget, prefill, p ? 3 : 1);
+        const Samples got = generate(model, reqs, on, p);
+        expect_same(base, got, what);
+        expect_same_logits(base, got, what);
+        expect_versions(got);
+        EngineOptions plain = on;
+        plain.prefix_sharing = false;
+        if (budget == 30) expect_same(base, generate(model, reqs, plain, p), what + " unshared");
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, EngineSharing,
+                         ::testing::Values(std::make_tuple(false, std::string("mxfp8")),
+                                           std::make_tuple(false, std::string("mxfp8+fp8kv")),
+                                           std::make_tuple(true, std::string("mxfp8"))),
+                         [](const auto& info) {
+                           std::string n = std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
+                           for (char& ch : n)
+                             if (ch == '-' || ch == '+') ch = '_';
+                           return n;
+                         });
+
+TEST(Engine, PrefixEntriesAreSharedAndFreed) {
+  ParamTable params(small_test_config(false));
+  init_params(params, 5, 0.2f);
+  auto model = std::make_shared<const Model>(params, PrecisionPlan::named("mxfp8"));
+  GenerationRequest r;
+  r.prompt = {4, 5, 6, 7, 8};
+  r.n = 4;
+  r.max_new_tokens = 6;
+  // Room for the prefix entry (5) and two samples (11 each): staggered admission.
+  Engine e(model, 3, {27, 4096});
+  e.submit(r);
+  r.id = 1;
+  e.submit(r);  // a second request with the same prompt shares the entry
+  EXPECT_TRUE(e.step().empty());
+  auto objs = e.derived_objects();
+  EXPECT_EQ(count_kind(objs, "plan"), 1);
+  EXPECT_EQ(count_kind(objs, "prefix"), 1);  // one entry for both requests
+  EXPECT_EQ(count_kind(objs, "kv"), 2);
+  EXPECT_EQ(e.waiting(), 6);
+  for (const auto& o : objs) {
+    EXPECT_EQ(o.version, 3u) << o.kind << " " << o.name;
+    EXPECT_EQ(o.epoch, 0u) << o.kind << " " << o.name;
+  }
+  EXPECT_TRUE(e.plan_is_live());
+  EXPECT_EQ(e.decode_plan().model, e.shared_model());
+  // Once no waiting sample can use it, the entry is freed.
+  Samples all;
+  while (!e.idle()) {
+    for (auto& s : e.step()) all.push_back(std::move(s));
+    if (e.waiting() == 0) {
+      EXPECT_EQ(count_kind(e.derived_objects(), "prefix"), 0);
+    }
+  }
+  EXPECT_EQ(all.size(), 8u);
+  expect_versions(all);
+  objs = e.derived_objects();
+  ASSERT_EQ(objs.size(), 1u);
+  EXPECT_EQ(objs[0].kind, "plan");
+}
+
+TEST(Engine, PrefixEntriesNeverCrossAVersion) {
+  ParamTable v1(small_test_config(false)), v2(small_test_config(false));
+  init_params(v1, 1, 0.2f);
+  init_params(v2, 2, 0.2f);
+  const PrecisionPlan plan = PrecisionPlan::named("mxfp8");
+  auto m2 = std::make_shared<const Model>(v2, plan);
+  GenerationRequest a;
+  a.id = 0;
+  a.prompt = {9, 10, 11, 12};
+  a.n = 3;
+  a.max_new_tokens = 5;
+  GenerationRequest b = a;
+  b.id = 1;
+  b.n = 2;
+  // One sample (9) and the prefix entry (4) at a time.
+  Engine e(std::make_shared<const Model>(v1, plan), 1, {13, 4096, true, true});
+  e.submit(a);
+  e.step();
+  auto objs = e.derived_objects();
+  ASSERT_EQ(count_kind(objs, "prefix"), 1);  // from version 1, two samples of `a` still waiting
+  for (const auto& o : objs) EXPECT_EQ(o.version, 1u);
+  e.stage(m2, 2);
+  e.submit(b);  // the same prompt, submitted after the update was staged
+  Samples out;
+  bool swapped = false;
+  while (!e.idle()) {
+    for (auto& s : e.step()) out.push_back(std::move(s));
+    if (e.version() == 2 && !swapped) {
+      swapped = true;
+      for (const auto& o : e.derived_objects()) {
+        EXPECT_EQ(o.version, 2u) << o.kind << " " << o.name;
+        EXPECT_EQ(o.epoch, 1u) << o.kind << " " << o.name;
+      }
+    }
+  }
+  EXPECT_TRUE(swapped);
+  ASSERT_EQ(out.size(), 5u);
+  expect_versions(out);
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+    return std::tie(x.request, x.index) < std::tie(y.request, y.index);
+  });
+  EXPECT_EQ(out[0].version, 1u);  // sample 0 of `a` was in flight at the stage
+  // Everything else is what a fresh engine on version 2 generates.
+  Samples fresh = generate(m2, {a, b}, {1 << 20, 4096, false, true});
+  Samples later(out.begin() + 1, out.end()), fresh_later(fresh.begin() + 1, fresh.end());
+  for (const auto& s : later) EXPECT_EQ(s.version, 2u);
+  expect_same(fresh_later, later, "after the swap");
+  expect_same_logits(fresh_later, later, "after the swap");
+}
+
+TEST(Engine, RecordedLogitsAreTheModelsLogits) {
+  for (bool sharing : {true, false}) {
+    ParamTable params(small_test_config(true));
+    init_params(params, 5, 0.2f);
+    auto model = std::make_shared<const Model>(params, PrecisionPlan::named("mxfp8"));
+    GenerationRequest r;
+    r.prompt = {3, 1, 4, 1, 5, 9};
+    r.n = 3;
+    r.max_new_tokens = 7;
+    r.sampling.temperature = 0.7f;
+    r.sampling.top_k = 10;
+    Engine e(model, 1, {1 << 20, 4096, sharing, true});
+    e.submit(r);
+    const Samples out = e.run();
+    const int64_t V = model->config().vocab_size, P = static_cast<int64_t>(r.prompt.size());
+    for (const auto& s : out) {
+      std::vector<int32_t> seq = r.prompt;
+      seq.insert(seq.end(), s.tokens.begin(), s.tokens.end());
+      const std::vector<float> ref = e.sequence_logits(seq);
+      ASSERT_EQ(s.logits.size(), s.tokens.size() * V);
+      EXPECT_EQ(std::memcmp(s.logits.data(), &ref[(P - 1) * V], s.logits.size() * sizeof(float)), 0)
+          << "sharing " << sharing << " sample " << s.index;
+      EXPECT_EQ(ref, sequence_logits(*model, seq));
+    }
+  }
+  // Off by default.
+  ParamTable params(small_test_config(false));
+  init_params(params, 5, 0.2f);
+  GenerationRequest r;
+  r.prompt = {1, 2};
+  r.max_new_tokens = 3;
+  for (const auto& s : generate(std::make_shared<const Model>(params, PrecisionPlan::named("bf16")), {r}))
+    EXPECT_TRUE(s.logits.empty());
+}
+
+TEST(Engine, SwapNowSemantics) {
+  ParamTable v1(small_test_config(false)), v2(small_test_config(false));
+  init_params(v1, 1, 0.2f);
+  init_params(v2, 2, 0.2f);
+  const PrecisionPlan plan = PrecisionPlan::named("mxfp8");
+  auto m1 = std::make_shared<const Model>(v1, plan), m2 = std::make_shared<const Model>(v2, plan);
+  Engine e(m1, 1);
+  EXPECT_FALSE(e.swap_now());  // nothing staged
+  GenerationRequest r;
+  r.prompt = {7, 8, 9};
+  r.n = 2;
+  r.max_new_tokens = 4;
+  e.submit(r);
+  e.step();
+  e.stage(m2, 2);
+  EXPECT_TRUE(e.update_pending());
+  EXPECT_EQ(e.staged_version(), 2u);
+  EXPECT_FALSE(e.swap_now());  // samples in flight: version 1 keeps serving, whole
+  EXPECT_EQ(e.version(), 1u);
+  EXPECT_EQ(e.shared_model(), m1);
+  EXPECT_EQ(e.decode_plan().version, 1u);
+  while (e.running() > 0) e.step();
+  r.id = 5;
+  e.submit(r);  // waiting, not admitted while the update is staged
+  EXPECT_EQ(e.waiting(), 2);
+  EXPECT_TRUE(e.swap_now());
+  EXPECT_FALSE(e.update_pending());
+  EXPECT_EQ(e.version(), 2u);
+  EXPECT_EQ(e.cache_epoch(), 1u);
+  EXPECT_EQ(e.shared_model(), m2);
+  EXPECT_EQ(e.decode_plan().model, m2);
+  EXPECT_EQ(e.decode_plan().version, 2u);
+  EXPECT_TRUE(e.plan_is_live());
+  const auto objs = e.derived_objects();
+  ASSERT_EQ(objs.size(), 1u);  // only the rebound plan: no KV or prefix entry survives
+  EXPECT_EQ(objs[0].version, 2u);
+  EXPECT_FALSE(e.swap_now());
+  // The engine's scoring path computes with the new weights.
+  ScoreRequest sr{{7, 8, 9, 10, 11}, 2};
+  EXPECT_EQ(e.score({sr}), score_sequences(*m2, {sr}));
+  EXPECT_NE(e.score({sr}), score_sequences(*m1, {sr}));
+  EXPECT_EQ(e.sequence_logits(sr.tokens), sequence_logits(*m2, sr.tokens));
+  for (const auto& s : e.run()) EXPECT_EQ(s.version, 2u);
+}
+
+TEST(KvCache, CopyPrefixIsExact) {
+  ParamTable params(small_test_config(false));
+  init_params(params, 5, 0.2f);
+  const Model model(params, PrecisionPlan::resolve("mxfp8+fp8kv"));
+  KvCache cache(model.config());
+  const int a = cache.add_sequence(), b = cache.add_sequence();
+  TokenBatch batch;
+  for (int t = 0; t < 6; ++t) batch.add(t + 1, a, t);
+  batch.add(40, b, 0);
+  std::vector<float> logits(batch.size() * model.config().vocab_size);
+  forward(model, cache, batch, logits.data());
+  cache.copy_prefix(a, b, 4);
+  EXPECT_EQ(cache.length(b), 4);
+  const size_t bytes = 4 * cache.kv_dim() * sizeof(float);
+  for (int64_t l = 0; l < model.config().num_hidden_layers; ++l) {
+    EXPECT_EQ(std::memcmp(cache.k(a, l, 0), cache.k(b, l, 0), bytes), 0);
+    EXPECT_EQ(std::memcmp(cache.v(a, l, 0), cache.v(b, l, 0), bytes), 0);
+  }
+  EXPECT_THROW(cache.copy_prefix(a, b, 7), Error);
+  EXPECT_THROW(cache.copy_prefix(a, a, 2), Error);
+}
+
+TEST(PackedWeight, FingerprintMatchesARepack) {
+  for (const char* name : {"mxfp8", "bf16", "fp32", "fp8-block128"}) {
+    ParamTable params(small_test_config(true));
+    init_params(params, 5, 0.2f);
+    const Model model(params, PrecisionPlan::named(name));
+    std::set<uint64_t> seen;
+    for (const PreparedLinear* lin : model.linears()) {
+      PreparedLinear p = lin->payload();
+      p.validate_and_pack({});
+      EXPECT_EQ(p.packed.fingerprint(), lin->packed.fingerprint()) << name << " " << lin->name;
+      seen.insert(lin->packed.fingerprint());
+      if (!p.codes.empty()) p.codes[p.codes.size() / 2] ^= 1;
+      if (!p.bf16.empty()) p.bf16[p.bf16.size() / 2] ^= 1;
+      if (!p.f32.empty()) p.f32[p.f32.size() / 2] = -p.f32[p.f32.size() / 2] + 1.0f;
+      p.validate_and_pack({});
+      EXPECT_NE(p.packed.fingerprint(), lin->packed.fingerprint()) << name << " " << lin->name;
+    }
+    EXPECT_EQ(seen.size(), model.linears().size()) << name;  // different weights, different prints
   }
 }
 
