@@ -20,6 +20,22 @@ std::string LinearPrecision::str() const {
   return t.name;
 }
 
+LinearPrecision LinearPrecision::parse(const std::string& s) {
+  // Every precision str() can print, with defaults where it prints nothing.
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::MXFP8, Precision::FP8Tensor, Precision::FP8Block128}) {
+    const WFormat f = precision_traits(p).wformat;
+    for (ElemType e : {ElemType::E4M3, ElemType::E5M2, ElemType::E2M3, ElemType::E3M2, ElemType::E2M1}) {
+      if (e != ElemType::E4M3 && f != WFormat::MX && f != WFormat::FP8) continue;
+      for (ScaleRule r : {ScaleRule::RCeil, ScaleRule::Floor}) {
+        if (r != ScaleRule::RCeil && f != WFormat::MX) continue;
+        const LinearPrecision lp{p, e, r};
+        if (lp.str() == s) return lp;
+      }
+    }
+  }
+  fail("unknown linear precision '{}' (e.g. fp32, bf16, mxfp8(e4m3,rceil), fp8-block128(e4m3))", s);
+}
+
 LinearPrecision PrecisionPlan::for_linear(LinearKind kind, int layer, int expert) const {
   if (kind == LinearKind::Router) return router;
   if (kind == LinearKind::LmHead) return lm_head;

@@ -48,6 +48,9 @@ struct LinearPrecision {
   ScaleRule rule = ScaleRule::RCeil;
   bool operator==(const LinearPrecision&) const = default;
   std::string str() const;  // "mxfp8(e4m3,rceil)", "bf16", ...
+  // The inverse of str(); fields str() does not show keep their defaults
+  // (E4M3, RCeil). Throws mxrl::Error quoting the string.
+  static LinearPrecision parse(const std::string& s);
 };
 
 struct PlanOverride {
