@@ -15,7 +15,9 @@ void add_init_command(CLI::App& app);       // init
 void add_tokenize_command(CLI::App& app);   // tokenize
 void add_generate_command(CLI::App& app);   // generate
 void add_sft_command(CLI::App& app);        // sft
+void add_rl_command(CLI::App& app);         // rl: GRPO with checked weight syncs
 void add_bench_train(CLI::App* bench);      // bench train (bench_train.cc)
+void add_sync_command(CLI::App& app);       // sync export, sync inspect
 
 // A preset model (tiny-dense, tiny-moe) with the built-in character
 // tokenizer, randomly initialised, saved as a checkpoint directory.

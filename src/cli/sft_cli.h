@@ -2,6 +2,7 @@
 // display, metrics file, final samples.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,13 @@ struct SftCliResult {
   double seconds = 0;
   int64_t tokens = 0;
 };
+
+// The learner's options (recipe, micro-batches, optimizer), shared by sft, rl and demo.
+void add_learner_options(CLI::App* c, LearnerConfig& l, std::string& schedule);
+const std::vector<const char*>& learner_option_names();  // their flags, for --resume refusals
+inline void apply_schedule(LearnerConfig& l, const std::string& schedule) {
+  l.optim.schedule = schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
+}
 
 // Registers the run-setting options (task, steps, recipe, optimizer, eval) on c.
 void add_sft_options(CLI::App* c, SftCliArgs& a);

@@ -91,37 +91,46 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   return res;
 }
 
+void add_learner_options(CLI::App* c, LearnerConfig& l, std::string& schedule) {
+  c->add_option("--micro-batch-tokens", l.micro_batch_tokens, "Token budget of a micro-batch (sequences are packed)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--recipe", l.recipe.plan, "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)")->capture_default_str();
+  c->add_flag("--hybrid", l.recipe.hybrid, "MXFP8: E5M2 gradients (HYBRID)");
+  c->add_flag("--floor", l.recipe.floor, "MXFP8: floor scale rule instead of rceil");
+  c->add_flag("--requant-every-microbatch", l.recipe.requant_every_microbatch,
+              "Remake the weight quantizations every micro-batch (to measure their cost)");
+  c->add_option("--lr", l.optim.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--warmup", l.optim.warmup_steps, "Linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--schedule", schedule, "constant or cosine")->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
+  c->add_option("--min-lr-ratio", l.optim.min_lr_ratio, "Cosine floor as a fraction of --lr")->capture_default_str();
+  c->add_option("--weight-decay", l.optim.weight_decay, "AdamW decoupled weight decay (linears, embeddings)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--clip", l.optim.clip_norm, "Gradient clipping by global norm (0: off)")->capture_default_str();
+  c->add_option("--beta2", l.optim.beta2, "AdamW beta2")->capture_default_str();
+  c->add_option("--aux-loss-coef", l.aux_loss_coef, "MoE load-balancing loss coefficient")->capture_default_str();
+}
+
+const std::vector<const char*>& learner_option_names() {
+  static const std::vector<const char*> n = {"--micro-batch-tokens", "--recipe", "--hybrid", "--floor",
+                                             "--requant-every-microbatch", "--lr", "--warmup", "--schedule",
+                                             "--min-lr-ratio", "--weight-decay", "--clip", "--beta2", "--aux-loss-coef"};
+  return n;
+}
+
 void add_sft_options(CLI::App* c, SftCliArgs& a) {
   rl::SftConfig& s = a.cfg;
   c->add_option("--task", s.task, "Built-in task: addition[:digits=D], multiplication[:digits=D], sort[:len=L], countdown")
       ->capture_default_str();
   c->add_option("--steps", s.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--batch-size", s.batch_size, "Sequences per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--micro-batch-tokens", s.learner.micro_batch_tokens, "Token budget of a micro-batch (sequences are packed)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--recipe", s.learner.recipe.plan, "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)")->capture_default_str();
-  c->add_flag("--hybrid", s.learner.recipe.hybrid, "MXFP8: E5M2 gradients (HYBRID)");
-  c->add_flag("--floor", s.learner.recipe.floor, "MXFP8: floor scale rule instead of rceil");
-  c->add_flag("--requant-every-microbatch", s.learner.recipe.requant_every_microbatch,
-              "Remake the weight quantizations every micro-batch (to measure their cost)");
-  c->add_option("--lr", s.learner.optim.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--warmup", s.learner.optim.warmup_steps, "Linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--schedule", a.schedule, "constant or cosine")->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
-  c->add_option("--min-lr-ratio", s.learner.optim.min_lr_ratio, "Cosine floor as a fraction of --lr")->capture_default_str();
-  c->add_option("--weight-decay", s.learner.optim.weight_decay, "AdamW decoupled weight decay (linears, embeddings)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--clip", s.learner.optim.clip_norm, "Gradient clipping by global norm (0: off)")->capture_default_str();
-  c->add_option("--beta2", s.learner.optim.beta2, "AdamW beta2")->capture_default_str();
-  c->add_option("--aux-loss-coef", s.learner.aux_loss_coef, "MoE load-balancing loss coefficient")->capture_default_str();
+  add_learner_options(c, s.learner, a.schedule);
   c->add_option("--eval-every", s.eval_every, "Steps between evaluations (0: only at the end)")->capture_default_str();
   c->add_option("--eval-problems", s.eval_problems, "Held-out problems per evaluation")->capture_default_str();
   c->add_option("--max-new-tokens", s.max_new_tokens, "Generation limit at evaluation (0: longest answer + 8)")->capture_default_str();
   c->add_option("--seed", s.seed, "Problem stream seed")->capture_default_str();
 }
 
-void apply_sft_options(SftCliArgs& a) {
-  a.cfg.learner.optim.schedule = a.schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
-}
+void apply_sft_options(SftCliArgs& a) { apply_schedule(a.cfg.learner, a.schedule); }
 
 namespace {
 struct SftCmdArgs : SftCliArgs {
@@ -132,10 +141,10 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
   if (!a.resume.empty()) {
-    for (const char* opt : {"--model", "--task", "--data", "--steps", "--batch-size", "--micro-batch-tokens", "--recipe",
-                            "--hybrid", "--floor", "--requant-every-microbatch", "--lr", "--warmup", "--schedule",
-                            "--min-lr-ratio", "--weight-decay", "--clip", "--beta2", "--aux-loss-coef", "--eval-every",
-                            "--eval-problems", "--max-new-tokens", "--seed", "--save-every"})
+    std::vector<const char*> fixed = {"--model", "--task", "--data", "--steps", "--batch-size", "--eval-every",
+                                      "--eval-problems", "--max-new-tokens", "--seed", "--save-every"};
+    fixed.insert(fixed.end(), learner_option_names().begin(), learner_option_names().end());
+    for (const char* opt : fixed)
       if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
     rl::SftRun run = rl::SftRun::resume(a.resume, exec);
     run_sft_cli(a, run);

@@ -93,7 +93,20 @@ TokenBatch make_batch(const std::vector<Sequence>& seqs, const std::vector<size_
 }
 }  // namespace
 
-double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info) {
+namespace {
+void check_temperature(float t) {
+  if (!(t > 0.0f) || !std::isfinite(t)) fail("temperature must be positive and finite, got {}", t);
+}
+// logits[rows, n] /= t in place, each element divided in FP32 as the sampler does.
+void divide_rows(float* logits, int64_t count, float t) {
+  if (t == 1.0f) return;
+  for (int64_t i = 0; i < count; ++i) logits[i] = logits[i] / t;
+}
+}  // namespace
+
+double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info,
+                               float temperature) {
+  check_temperature(temperature);
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& c = params_.config();
   StepResult r;
@@ -127,6 +140,7 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
     const int64_t n = b.size(), V = c.vocab_size;
     logits.resize(n * V);
     forward(*model_, cache, b, logits.data(), ex, nullptr, &trace_, &workspace_);
+    divide_rows(logits.data(), n * V, temperature);
     // Row i predicts the next token of its sequence when that one is a target.
     targets.assign(n, 0), dlogp.assign(n, 0.0f), lp.assign(n, 0.0f), scored.assign(n, 0);
     int64_t row = 0;
@@ -144,6 +158,7 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
       }
     dlogits.resize(n * V);
     log_softmax_gather_backward(dlogits.data(), logits.data(), targets.data(), dlogp.data(), n, V, exec_);
+    divide_rows(dlogits.data(), n * V, temperature);  // d(logits / T) / d logits = 1 / T
     bo.aux_loss_weight = static_cast<double>(n) / static_cast<double>(r.tokens);
     r.aux_loss += bo.aux_loss_weight * backward(*model_, params_, bw_, cache, b, trace_, dlogits.data(),
                                                 grads.data(), bo, ex, &backward_workspace_);
@@ -154,11 +169,11 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
   return r.loss;
 }
 
-StepResult Learner::step(const std::vector<Sequence>& batch) {
+StepResult Learner::step(const std::vector<Sequence>& batch, float temperature) {
   const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
   std::vector<float> grads;
-  loss_and_grads(batch, grads, &r);
+  loss_and_grads(batch, grads, &r, temperature);
   const auto t1 = std::chrono::steady_clock::now();
   r.optim = opt_.step(params_, grads, exec_);
   r.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -167,7 +182,8 @@ StepResult Learner::step(const std::vector<Sequence>& batch) {
   return r;
 }
 
-std::vector<std::vector<float>> Learner::logprobs(const std::vector<Sequence>& seqs) {
+std::vector<std::vector<float>> Learner::logprobs(const std::vector<Sequence>& seqs, const LogprobOptions& opt) {
+  check_temperature(opt.temperature);
   const ModelConfig& c = params_.config();
   for (size_t i = 0; i < seqs.size(); ++i) check_sequence(seqs[i], c, i);
   if (!model_) prepare(nullptr);
@@ -183,8 +199,11 @@ std::vector<std::vector<float>> Learner::logprobs(const std::vector<Sequence>& s
       const Sequence& s = seqs[i];
       for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
         if (s.target[p + 1]) {
+          float* x = &logits[(row + p) * c.vocab_size];
+          if (opt.on_row) opt.on_row(i, out[i].size(), x);
+          divide_rows(x, c.vocab_size, opt.temperature);
           float lp;
-          log_softmax_gather(&lp, &logits[(row + p) * c.vocab_size], &s.tokens[p + 1], 1, c.vocab_size, exec_);
+          log_softmax_gather(&lp, x, &s.tokens[p + 1], 1, c.vocab_size, exec_);
           out[i].push_back(lp);
         }
       row += static_cast<int64_t>(s.tokens.size());

@@ -5,6 +5,7 @@
 // accumulates gradients over the micro-batches, and updates the masters.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,18 @@ struct LearnerConfig {
   double aux_loss_coef = 0.0;  // MoE load balancing (0: off)
 };
 
+// Policy log-probs are of softmax(logits / temperature) (temperature 1: the
+// logits as they are), each row divided in FP32 exactly as the sampler does
+// (sampler/sampling.h), so that learner and sampler log-probs can agree bit
+// for bit at any temperature. The gradient flows through the division.
+struct LogprobOptions {
+  float temperature = 1.0f;
+  // Called for every scored row with the sequence index, the target's index
+  // among that sequence's targets, and the row's raw FP32 logits [vocab]
+  // (before the temperature): for metrics needing the whole distribution.
+  std::function<void(size_t seq, size_t target, const float* logits)> on_row;
+};
+
 struct StepResult {
   double loss = 0;          // mean cross-entropy over the targets, or -sum(weight * log p) with weights
   double aux_loss = 0;      // MoE load-balancing loss (token-weighted over micro-batches)
@@ -65,13 +78,14 @@ class Learner {
   Learner(ParamTable masters, LearnerConfig cfg, const Exec& exec = {});
 
   // One optimizer step on `batch` (loss: mean over all its target tokens).
-  StepResult step(const std::vector<Sequence>& batch);
+  StepResult step(const std::vector<Sequence>& batch, float temperature = 1.0f);
   // Forward only, through the training forward pass: per sequence, the
   // log-prob of each target token in order.
-  std::vector<std::vector<float>> logprobs(const std::vector<Sequence>& seqs);
+  std::vector<std::vector<float>> logprobs(const std::vector<Sequence>& seqs, const LogprobOptions& opt = {});
   // Loss and gradients of `batch` without updating (gradient checks, tests):
   // grads[params().numel()].
-  double loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info = nullptr);
+  double loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info = nullptr,
+                        float temperature = 1.0f);
 
   // The forward weights of the current masters (made on first use after an update).
   const Model& model();

@@ -18,21 +18,46 @@ namespace mxrl::rl {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+void learner_config_to_json(const LearnerConfig& l, json& j) {
+  const Recipe& r = l.recipe;
+  j["recipe"] = {{"plan", r.plan}, {"hybrid", r.hybrid}, {"floor", r.floor},
+                 {"requant_every_microbatch", r.requant_every_microbatch}};
+  j["micro_batch_tokens"] = l.micro_batch_tokens;
+  j["aux_loss_coef"] = l.aux_loss_coef;
+  j["optim"] = l.optim.to_json();
+}
+
+LearnerConfig learner_config_from_json(const json& j, const char* ctx) {
+  auto at = [&](const json& o, const char* key) -> const json& {
+    if (!o.is_object() || !o.contains(key)) fail("{}: missing \"{}\"", ctx, key);
+    return o[key];
+  };
+  auto where = [&](const char* key) { return fmt::format("{}: \"{}\"", ctx, key); };
+  LearnerConfig l;
+  const json& r = at(j, "recipe");
+  l.recipe.plan = jsonr::string(at(r, "plan"), where("recipe.plan"));
+  l.recipe.hybrid = jsonr::boolean(at(r, "hybrid"), where("recipe.hybrid"));
+  l.recipe.floor = jsonr::boolean(at(r, "floor"), where("recipe.floor"));
+  l.recipe.requant_every_microbatch =
+      jsonr::boolean(at(r, "requant_every_microbatch"), where("recipe.requant_every_microbatch"));
+  l.micro_batch_tokens =
+      jsonr::integer(at(j, "micro_batch_tokens"), 1, std::numeric_limits<int64_t>::max(), where("micro_batch_tokens"));
+  l.aux_loss_coef = jsonr::number(at(j, "aux_loss_coef"), where("aux_loss_coef"));
+  l.optim = OptimConfig::from_json(at(j, "optim"));
+  return l;
+}
+
 json SftConfig::to_json() const {
-  const Recipe& r = learner.recipe;
-  return {{"task", task},
-          {"steps", steps},
-          {"batch_size", batch_size},
-          {"seed", seed},
-          {"eval_every", eval_every},
-          {"eval_problems", eval_problems},
-          {"max_new_tokens", max_new_tokens},
-          {"save_every", save_every},
-          {"recipe", {{"plan", r.plan}, {"hybrid", r.hybrid}, {"floor", r.floor},
-                      {"requant_every_microbatch", r.requant_every_microbatch}}},
-          {"micro_batch_tokens", learner.micro_batch_tokens},
-          {"aux_loss_coef", learner.aux_loss_coef},
-          {"optim", learner.optim.to_json()}};
+  json j = {{"task", task},
+            {"steps", steps},
+            {"batch_size", batch_size},
+            {"seed", seed},
+            {"eval_every", eval_every},
+            {"eval_problems", eval_problems},
+            {"max_new_tokens", max_new_tokens},
+            {"save_every", save_every}};
+  learner_config_to_json(learner, j);
+  return j;
 }
 
 SftConfig SftConfig::from_json(const json& j) {
@@ -55,15 +80,7 @@ SftConfig SftConfig::from_json(const json& j) {
   c.eval_problems = int_at("eval_problems", 0);
   c.max_new_tokens = int_at("max_new_tokens", 0);
   c.save_every = int_at("save_every", 0);
-  const json& r = at(j, "recipe");
-  c.learner.recipe.plan = jsonr::string(at(r, "plan"), where("recipe.plan"));
-  c.learner.recipe.hybrid = jsonr::boolean(at(r, "hybrid"), where("recipe.hybrid"));
-  c.learner.recipe.floor = jsonr::boolean(at(r, "floor"), where("recipe.floor"));
-  c.learner.recipe.requant_every_microbatch =
-      jsonr::boolean(at(r, "requant_every_microbatch"), where("recipe.requant_every_microbatch"));
-  c.learner.micro_batch_tokens = int_at("micro_batch_tokens", 1);
-  c.learner.aux_loss_coef = jsonr::number(at(j, "aux_loss_coef"), where("aux_loss_coef"));
-  c.learner.optim = OptimConfig::from_json(at(j, "optim"));
+  c.learner = learner_config_from_json(j, ctx);
   return c;
 }
 
@@ -105,8 +122,10 @@ EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task,
   for (GeneratedSample& g : engine.run()) {
     if (!g.tokens.empty() && g.tokens.back() == eos) g.tokens.pop_back();
     EvalSample& s = r.samples[g.request];
-    s.completion = tk.decode(g.tokens);
-    s.correct = task.verify(s.problem, s.completion);
+    // A padded model vocabulary can produce ids the tokenizer lacks: wrong, shown as such.
+    const bool decodable = std::all_of(g.tokens.begin(), g.tokens.end(), [&](int32_t id) { return id < tk.vocab_size(); });
+    s.completion = decodable ? tk.decode(g.tokens) : "<ids outside the tokenizer>";
+    s.correct = decodable && task.verify(s.problem, s.completion);
     r.correct += s.correct;
   }
   r.total = count;

@@ -39,6 +39,11 @@ struct SftConfig {
   void validate() const;
 };
 
+// The learner settings (recipe, micro-batch budget, aux loss, optimizer) as
+// keys of a settings object, shared by the SFT and RL training states.
+void learner_config_to_json(const LearnerConfig& l, nlohmann::json& into);
+LearnerConfig learner_config_from_json(const nlohmann::json& j, const char* ctx);  // strict
+
 // prompt + answer + eos, with the answer's tokens and eos as targets.
 Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, int32_t eos);
 

@@ -1,0 +1,16 @@
+// --config FILE.toml for a subcommand: each top-level key sets the option of
+// the same name (prompts_per_step = 16 sets --prompts-per-step), unless that
+// option was given on the command line (flags override the file). Unknown
+// keys, tables, and values of the wrong type (a float for an integer option,
+// a string for a flag, ...) are one-line errors naming the file and the key;
+// the option's own checks (ranges, choices) apply as on the command line.
+#pragma once
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace mxrl::cli {
+
+void apply_config_file(CLI::App* cmd, const std::string& path);
+
+}  // namespace mxrl::cli

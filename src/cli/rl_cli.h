@@ -1,0 +1,34 @@
+// The RL front end shared by `mxrl rl` and `mxrl demo`: options, progress
+// display, metrics file, the summary.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "rl/grpo.h"
+
+namespace mxrl::cli {
+
+struct RlCliArgs {
+  rl::RlConfig cfg;
+  std::string schedule = "constant";
+  std::string adv_norm = "std", loss_agg = "token-mean", correction = "none", sync = "ship", checks = "stop";
+  std::string out, metrics;
+  int64_t log_every = 10;
+  int threads = 0;
+};
+
+struct RlCliResult {
+  std::vector<rl::EvalResult> evals;  // before RL first, after RL last
+  double seconds = 0;
+  int64_t steps = 0;
+};
+
+// The run-setting options of RL (task, GRPO, sync, checks, learner).
+void add_rl_options(CLI::App* c, RlCliArgs& a);
+const std::vector<const char*>& rl_option_names();  // for --resume refusals
+void apply_rl_options(RlCliArgs& a);
+RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run);
+
+}  // namespace mxrl::cli

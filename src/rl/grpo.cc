@@ -1,0 +1,427 @@
+#include "rl/grpo.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "learner/train_state.h"
+#include "model/checkpoint.h"
+#include "sync/mismatch.h"
+#include "util/error.h"
+#include "util/json_read.h"
+
+namespace mxrl::rl {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+constexpr const char* kCtx = "RL settings";
+}  // namespace
+
+// ---- settings ----
+
+json RlConfig::to_json() const {
+  json j = {{"task", task},
+            {"seed", seed},
+            {"steps", steps},
+            {"prompts_per_step", prompts_per_step},
+            {"samples_per_prompt", samples_per_prompt},
+            {"max_new_tokens", max_new_tokens},
+            {"temperature", temperature},
+            {"adv_norm", name(adv_norm)},
+            {"adv_eps", adv_eps},
+            {"clip_low", loss.clip_low},
+            {"clip_high", loss.clip_high},
+            {"loss_agg", name(loss.agg)},
+            {"rollout_correction", name(loss.correction)},
+            {"correction_cap", loss.cap},
+            {"updates_per_batch", updates_per_batch},
+            {"sampler_plan", sampler_plan},
+            {"sync", sync::sync_mode_name(sync)},
+            {"checks", sync::check_mode_name(checks)},
+            {"agreement_every", agreement_every},
+            {"agreement_max_kl", agreement_max_kl},
+            {"agreement_max_abs_dlogp", agreement_max_abs_dlogp},
+            {"probe_prompts", probe_prompts},
+            {"eval_every", eval_every},
+            {"eval_problems", eval_problems},
+            {"save_every", save_every}};
+  learner_config_to_json(learner, j);
+  return j;
+}
+
+RlConfig RlConfig::from_json(const json& j) {
+  if (!j.is_object()) fail("{}: expected a JSON object, got {}", kCtx, j.type_name());
+  auto at = [&](const char* key) -> const json& {
+    if (!j.contains(key)) fail("{}: missing \"{}\"", kCtx, key);
+    return j[key];
+  };
+  auto where = [&](const char* key) { return fmt::format("{}: \"{}\"", kCtx, key); };
+  auto integer = [&](const char* key, int64_t lo) {
+    return jsonr::integer(at(key), lo, std::numeric_limits<int64_t>::max(), where(key));
+  };
+  auto number = [&](const char* key) { return jsonr::number(at(key), where(key)); };
+  auto string = [&](const char* key) { return jsonr::string(at(key), where(key)); };
+  RlConfig c;
+  c.task = string("task");
+  c.seed = jsonr::unsigned_integer(at("seed"), where("seed"));
+  c.steps = integer("steps", 1);
+  c.prompts_per_step = integer("prompts_per_step", 1);
+  c.samples_per_prompt = integer("samples_per_prompt", 1);
+  c.max_new_tokens = integer("max_new_tokens", 0);
+  c.temperature = static_cast<float>(number("temperature"));
+  c.adv_norm = parse_adv_norm(string("adv_norm"));
+  c.adv_eps = number("adv_eps");
+  c.loss.clip_low = number("clip_low");
+  c.loss.clip_high = number("clip_high");
+  c.loss.agg = parse_loss_agg(string("loss_agg"));
+  c.loss.correction = parse_rollout_correction(string("rollout_correction"));
+  c.loss.cap = number("correction_cap");
+  c.updates_per_batch = integer("updates_per_batch", 1);
+  c.sampler_plan = string("sampler_plan");
+  c.sync = sync::parse_sync_mode(string("sync"));
+  c.checks = sync::parse_check_mode(string("checks"));
+  c.agreement_every = integer("agreement_every", 0);
+  c.agreement_max_kl = number("agreement_max_kl");
+  c.agreement_max_abs_dlogp = number("agreement_max_abs_dlogp");
+  c.probe_prompts = integer("probe_prompts", 0);
+  c.eval_every = integer("eval_every", 0);
+  c.eval_problems = integer("eval_problems", 0);
+  c.save_every = integer("save_every", 0);
+  c.learner = learner_config_from_json(j, kCtx);
+  return c;
+}
+
+void RlConfig::validate() const {
+  if (steps < 1) fail("steps must be at least 1, got {}", steps);
+  if (prompts_per_step < 1) fail("prompts per step must be at least 1, got {}", prompts_per_step);
+  if (samples_per_prompt < 1) fail("samples per prompt must be at least 1, got {}", samples_per_prompt);
+  if (max_new_tokens < 0) fail("max_new_tokens must be >= 0, got {}", max_new_tokens);
+  if (!(temperature > 0.0f) || !std::isfinite(temperature))
+    fail("RL samples at a positive temperature, got {}", temperature);
+  if (!(adv_eps >= 0) || !std::isfinite(adv_eps)) fail("adv_eps must be >= 0, got {}", adv_eps);
+  loss.validate();
+  if (updates_per_batch < 1 || updates_per_batch > prompts_per_step * samples_per_prompt)
+    fail("updates_per_batch must be in [1, prompts x samples = {}], got {}", prompts_per_step * samples_per_prompt,
+         updates_per_batch);
+  if (agreement_every < 0 || probe_prompts < 0 || eval_every < 0 || eval_problems < 0 || save_every < 0)
+    fail("agreement_every, probe_prompts, eval_every, eval_problems and save_every must be >= 0");
+  if (!(agreement_max_kl >= 0) || !(agreement_max_abs_dlogp >= 0)) fail("agreement bounds must be >= 0");
+  learner.optim.validate();
+}
+
+json RlStepStats::to_json() const {
+  json j = {{"step", step},
+            {"version", version},
+            {"reward_mean", reward_mean},
+            {"reward_std", reward_std},
+            {"accuracy", accuracy},
+            {"response_len", response_len_mean},
+            {"samples", samples},
+            {"groups", groups},
+            {"zero_adv_groups", zero_adv_groups},
+            {"trained_sequences", trained_sequences},
+            {"skipped_updates", skipped_updates},
+            {"undecodable", undecodable},
+            {"mismatch", mismatch},
+            {"entropy", entropy},
+            {"policy_loss", policy_loss},
+            {"ppo_clip_frac", loss.clip_frac},
+            {"is_mask_frac", loss.mask_frac},
+            {"ratio_mean", loss.ratio_mean},
+            {"ratio_max", loss.ratio_max},
+            {"grad_norm", grad_norm},
+            {"lr", lr},
+            {"tokens", tokens},
+            {"tokens_per_s", seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0},
+            {"generate_s", generate_s},
+            {"score_s", score_s},
+            {"train_s", train_s},
+            {"sync_s", sync_s},
+            {"seconds", seconds}};
+  j["sync"] = sync.to_json();
+  return j;
+}
+
+// ---- the run ----
+
+void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
+                 const Exec& exec) {
+  cfg_.validate();
+  exec_ = exec;
+  if (!task_) task_ = tasks::make_task(cfg_.task);
+  if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
+  tk_ = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
+  tokenizer_json_ = tokenizer_json;
+  tokenizer_config_json_ = tokenizer_config_json;
+  const ModelConfig& c = params.config();
+  if (c.eos_token_id() < 0 || c.eos_token_id() >= c.vocab_size) fail("the model config has no valid eos_token_id");
+  eos_ = static_cast<int32_t>(c.eos_token_id());
+  if (tk_->vocab_size() > c.vocab_size) fail("the tokenizer has {} tokens, the model only {}", tk_->vocab_size(), c.vocab_size);
+  max_new_ = cfg_.max_new_tokens;
+  if (max_new_ == 0) {
+    int64_t longest = 0;
+    for (int64_t i = 0; i < 200; ++i)
+      longest = std::max<int64_t>(longest, tk_->encode(task_->generate(tasks::Split::Eval, cfg_.seed, i).answer).size());
+    max_new_ = longest + 8;
+  }
+  learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
+  // The probe: held-out prompts with their answers, from a stream the
+  // evaluation does not use (seed + 1).
+  for (int64_t i = 0; i < cfg_.probe_prompts; ++i) {
+    const tasks::Problem p = task_->generate(tasks::Split::Eval, cfg_.seed + 1, static_cast<uint64_t>(i));
+    std::vector<int32_t> t = tk_->encode(p.prompt);
+    probe_.prompt_len.push_back(static_cast<int64_t>(t.size()));
+    for (int32_t a : tk_->encode(p.answer)) t.push_back(a);
+    t.push_back(eos_);
+    probe_.tokens.push_back(std::move(t));
+  }
+  probe_.temperature = cfg_.temperature;
+}
+
+namespace {
+// The sampler's plan, refused at start when the sync mode cannot feed it.
+PrecisionPlan sampler_plan_for(const RlConfig& cfg, const Learner& learner) {
+  PrecisionPlan p = cfg.sampler_plan.empty() ? learner.plan() : PrecisionPlan::resolve(cfg.sampler_plan);
+  if (cfg.sync == sync::SyncMode::Ship) sync::check_ship_compatible(learner.plan(), p, learner.params().config());
+  return p;
+}
+}  // namespace
+
+// The sampler starts from the learner's weights (its own model of them),
+// and then receives version step_ through the sync like every later one.
+void RlRun::sync_to_sampler(const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const RlEvents& ev) {
+  const uint64_t v = static_cast<uint64_t>(step_);
+  if (!engine_) {
+    const PrecisionPlan plan = sampler_plan_for(cfg_, *learner_);
+    EngineOptions opt;
+    opt.record_logits = true;  // exact KL needs the sampler's whole distributions
+    engine_ = std::make_unique<Engine>(std::make_shared<const Model>(learner_->params(), plan, exec_),
+                                       std::numeric_limits<uint64_t>::max(), opt, exec_);
+    sync_.mode = cfg_.sync;
+    sync_.checks = cfg_.checks;
+    sync_.agreement_every = cfg_.agreement_every;
+    sync_.bound.bitwise = sync::same_numerics(learner_->model(), plan, exec_);
+    sync_.bound.max_kl = cfg_.agreement_max_kl;
+    sync_.bound.max_abs_dlogp = cfg_.agreement_max_abs_dlogp;
+  }
+  last_sync_ = sync::sync_weights(learner_->model(), learner_->params(), *engine_, v, sync_, probe_, rollout,
+                                  rollout_version, {}, exec_);
+  if (ev.on_sync) ev.on_sync(last_sync_);
+  if (cfg_.checks == sync::CheckMode::Stop && !last_sync_.passed()) {
+    const std::vector<std::string> f = last_sync_.findings();
+    fail("sync of version {} failed its checks ({} findings): {}", v, f.size(),
+         fmt::join(f.begin(), f.begin() + std::min<size_t>(f.size(), 3), "; "));
+  }
+}
+
+RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, const Exec& exec) {
+  return start(model_dir, cfg, nullptr, exec);
+}
+
+RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+                   const Exec& exec) {
+  Checkpoint ck = load_checkpoint(model_dir);
+  RlRun r;
+  r.cfg_ = cfg;
+  r.task_ = std::move(task);
+  if (r.cfg_.learner.optim.schedule == LrSchedule::Cosine && r.cfg_.learner.optim.total_steps == 0)
+    r.cfg_.learner.optim.total_steps = cfg.steps * cfg.updates_per_batch;
+  r.init(std::move(ck.params), ck.tokenizer_json, ck.tokenizer_config_json, exec);
+  r.sync_to_sampler({}, 0, {});
+  return r;
+}
+
+RlRun RlRun::resume(const std::string& state_dir, const Exec& exec) {
+  TrainState st = load_train_state(state_dir);
+  if (!st.meta.contains("rl")) fail("{}: not an RL training state (no \"rl\" settings)", state_dir);
+  RlRun r;
+  r.cfg_ = RlConfig::from_json(st.meta["rl"]);
+  r.step_ = jsonr::integer(st.meta.contains("rl_step") ? st.meta["rl_step"] : json(), 0, r.cfg_.steps,
+                           fmt::format("{}: \"rl_step\"", state_dir));
+  r.init(std::move(st.params), st.tokenizer_json, st.tokenizer_config_json, exec);
+  AdamW& opt = r.learner_->optimizer();
+  if (st.m.size() != opt.m().size() || st.v.size() != opt.v().size())
+    fail("{}: optimizer state does not fit the model", state_dir);
+  opt.m() = std::move(st.m);
+  opt.v() = std::move(st.v);
+  opt.set_step(st.step);
+  r.sync_to_sampler({}, static_cast<uint64_t>(r.step_), {});
+  return r;
+}
+
+void RlRun::save(const std::string& dir) const {
+  TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
+                learner_->optimizer().v(), learner_->optimizer().step(), json::object(), tokenizer_json_,
+                tokenizer_config_json_};
+  st.meta["rl"] = cfg_.to_json();
+  st.meta["rl_step"] = step_;                      // the data position: next prompts are Train step*P ...
+  st.meta["sampler_version"] = engine_->version();  // == rl_step after a clean sync
+  save_train_state(dir, st);
+}
+
+EvalResult RlRun::evaluate_now() {
+  EvalResult e = evaluate(engine_->shared_model(), *task_, *tk_, eos_, cfg_.seed, cfg_.eval_problems, max_new_, exec_);
+  e.step = step_;
+  return e;
+}
+
+RlStepStats RlRun::step_once(const RlEvents& ev) {
+  const auto t_start = Clock::now();
+  RlStepStats st;
+  st.version = engine_->version();
+  const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
+  // 1. Rollout.
+  auto t0 = Clock::now();
+  std::vector<tasks::Problem> problems;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = 0; i < P; ++i) {
+    const uint64_t index = static_cast<uint64_t>(step_ * P + i);
+    problems.push_back(task_->generate(tasks::Split::Train, cfg_.seed, index));
+    GenerationRequest req;
+    req.id = static_cast<int64_t>(index);
+    req.prompt = tk_->encode(problems.back().prompt);
+    req.n = G;
+    req.max_new_tokens = max_new_;
+    req.sampling.temperature = cfg_.temperature;
+    req.stop_tokens = {eos_};
+    req.seed = cfg_.seed;
+    prompts.push_back(req.prompt);
+    engine_->submit(req);
+  }
+  std::vector<GeneratedSample> samples = engine_->run();
+  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& a, const GeneratedSample& b) {
+    return a.request != b.request ? a.request < b.request : a.index < b.index;
+  });
+  if (static_cast<int64_t>(samples.size()) != P * G) fail("the sampler returned {} samples, expected {}", samples.size(), P * G);
+  st.generate_s = since(t0);
+  // 2. Rewards and advantages.
+  std::vector<double> rewards;
+  int64_t response_tokens = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    std::vector<int32_t> t = samples[i].tokens;
+    response_tokens += static_cast<int64_t>(t.size());
+    if (!t.empty() && t.back() == eos_) t.pop_back();
+    // A padded model vocabulary can sample ids the tokenizer lacks: such a completion is wrong.
+    const bool decodable = std::all_of(t.begin(), t.end(), [&](int32_t id) { return id < tk_->vocab_size(); });
+    st.undecodable += !decodable;
+    rewards.push_back(decodable && task_->verify(problems[i / G], tk_->decode(t)) ? 1.0 : 0.0);
+  }
+  AdvantageStats as;
+  const std::vector<double> adv = group_advantages(rewards, G, cfg_.adv_norm, cfg_.adv_eps, &as);
+  st.samples = P * G;
+  st.groups = as.groups;
+  st.zero_adv_groups = as.zero_groups;
+  st.reward_mean = as.reward_mean;
+  st.reward_std = as.reward_std;
+  int64_t correct = 0;
+  for (double r : rewards) correct += r > 0.5;
+  st.accuracy = static_cast<double>(correct) / static_cast<double>(rewards.size());
+  st.response_len_mean = static_cast<double>(response_tokens) / static_cast<double>(samples.size());
+  // 3. The learner scores the rollout: the old policy, and the mismatch.
+  t0 = Clock::now();
+  std::vector<Sequence> seqs(samples.size());
+  std::vector<std::vector<float>> rollout_lp(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    Sequence& s = seqs[i];
+    s.tokens = prompts[i / G];
+    s.target.assign(s.tokens.size(), 0);
+    for (int32_t t : samples[i].tokens) s.tokens.push_back(t), s.target.push_back(1);
+    rollout_lp[i] = samples[i].logprobs;
+  }
+  const int64_t V = learner_->params().config().vocab_size;
+  std::vector<std::vector<double>> kl(samples.size());
+  double entropy_sum = 0;
+  LogprobOptions lo;
+  lo.temperature = cfg_.temperature;
+  lo.on_row = [&](size_t i, size_t t, const float* row) {
+    kl[i].push_back(sync::exact_kl(&samples[i].logits[t * V], row, V, cfg_.temperature));
+    entropy_sum += sync::entropy(row, V, cfg_.temperature);
+  };
+  const std::vector<std::vector<float>> old_lp = learner_->logprobs(seqs, lo);
+  sync::MismatchStats mm;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t t = 0; t < old_lp[i].size(); ++t) mm.add(old_lp[i][t], rollout_lp[i][t], kl[i][t]);
+  st.mismatch = mm.to_json();
+  st.entropy = response_tokens > 0 ? entropy_sum / static_cast<double>(response_tokens) : 0.0;
+  st.score_s = since(t0);
+  // 4. K mini-batch updates, each with the PPO-clip weights at the current parameters.
+  t0 = Clock::now();
+  const int64_t n = static_cast<int64_t>(seqs.size()), K = cfg_.updates_per_batch;
+  const bool keep_zero = learner_->params().config().num_experts > 0 && cfg_.learner.aux_loss_coef > 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t b = n * k / K, e = n * (k + 1) / K;
+    std::vector<Sequence> mb(seqs.begin() + b, seqs.begin() + e);
+    std::vector<std::vector<float>> old(old_lp.begin() + b, old_lp.begin() + e);
+    std::vector<std::vector<float>> roll(rollout_lp.begin() + b, rollout_lp.begin() + e);
+    std::vector<double> a(adv.begin() + b, adv.begin() + e);
+    const std::vector<std::vector<float>> cur = k == 0 ? old : learner_->logprobs(mb, {cfg_.temperature, {}});
+    PolicyLossResult pl = policy_loss(cur, old, roll, a, cfg_.loss);
+    std::vector<Sequence> train;
+    for (size_t i = 0; i < mb.size(); ++i) {
+      Sequence& s = mb[i];
+      s.weight.assign(s.tokens.size(), 0.0f);
+      const size_t first = s.tokens.size() - pl.weight[i].size();
+      bool any = false;
+      for (size_t t = 0; t < pl.weight[i].size(); ++t) s.weight[first + t] = pl.weight[i][t], any |= pl.weight[i][t] != 0.0f;
+      if (any || keep_zero) train.push_back(std::move(s));
+    }
+    if (k == 0) st.loss = pl, st.policy_loss = pl.loss;
+    st.trained_sequences += static_cast<int64_t>(train.size());
+    if (train.empty()) {
+      ++st.skipped_updates;
+      continue;
+    }
+    const StepResult r = learner_->step(train, cfg_.temperature);
+    st.grad_norm = r.optim.grad_norm;
+    st.lr = r.optim.lr;
+    st.tokens += r.tokens;
+  }
+  st.loss.weight.clear();
+  st.train_s = since(t0);
+  // 5. Sync version step+1 to the sampler, and the checks.
+  t0 = Clock::now();
+  const uint64_t intended = static_cast<uint64_t>(step_);  // the version these samples were meant for
+  ++step_;
+  st.step = step_;
+  sync_to_sampler(samples, intended, ev);
+  st.sync = last_sync_;
+  st.sync_s = since(t0);
+  st.seconds = since(t_start);
+  return st;
+}
+
+std::vector<EvalResult> RlRun::run(const std::string& out_dir, const RlEvents& ev) {
+  if (!out_dir.empty()) fs::create_directories(out_dir);
+  std::vector<EvalResult> evals;
+  auto eval_now = [&] {
+    if (cfg_.eval_problems == 0) return;
+    evals.push_back(evaluate_now());
+    if (ev.on_eval) ev.on_eval(evals.back());
+  };
+  auto save_to = [&](const std::string& name) {
+    const std::string dir = (fs::path(out_dir) / name).string();
+    save(dir);
+    if (ev.on_save) ev.on_save(dir);
+  };
+  eval_now();
+  while (step_ < cfg_.steps) {
+    const RlStepStats st = step_once(ev);
+    if (ev.on_step) ev.on_step(st);
+    if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0 && step_ < cfg_.steps) eval_now();
+    if (cfg_.save_every > 0 && step_ % cfg_.save_every == 0 && !out_dir.empty())
+      save_to(fmt::format("step-{:06d}", step_));
+  }
+  eval_now();
+  if (!out_dir.empty()) save_to("final");
+  return evals;
+}
+
+}  // namespace mxrl::rl

@@ -1,0 +1,237 @@
+// GRPO end to end on small models: the reward rises, thread counts do not
+// change a bit, every sampler plan x sync mode that can work runs clean with
+// all seven checks, on-grid `ship` agrees bitwise (TIS weights exactly 1),
+// refusals at start, and kill-and-resume ends on the same weights.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "model/checkpoint.h"
+#include "model/init.h"
+#include "model/test_models.h"
+#include "rl/grpo.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::rl {
+namespace {
+namespace fs = std::filesystem;
+
+tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(tasks::kTaskCharset, {"<|endoftext|>"}); }
+
+std::string make_model_dir(const std::string& name, bool moe = false) {
+  const std::string dir = (fs::temp_directory_path() / ("mxrl_grpo_test_" + name)).string();
+  fs::remove_all(dir);
+  const auto tk = char_tokenizer();
+  ModelConfig c = small_test_config(moe);
+  c.eos_token_ids = {*tk.token_id("<|endoftext|>")};
+  c.validate("test");
+  ParamTable p(c);
+  init_params(p, 1);
+  save_checkpoint(dir, c, p, st::DType::F32, {}, tk.to_json());
+  return dir;
+}
+
+// A toy task a random model solves ~10% of the time: answer with a digit.
+class DigitTask : public tasks::Task {
+ public:
+  std::string name() const override { return "test-digit"; }
+  tasks::Problem generate(tasks::Split, uint64_t, uint64_t index) const override {
+    return {std::string(1, static_cast<char>('a' + index % 26)) + "=", "7"};
+  }
+  bool verify(const tasks::Problem&, std::string_view c) const override {
+    return !c.empty() && c[0] >= '0' && c[0] <= '9';
+  }
+};
+
+RlConfig small_config() {
+  RlConfig c;
+  c.steps = 2;
+  c.prompts_per_step = 4;
+  c.samples_per_prompt = 4;
+  c.max_new_tokens = 3;
+  c.probe_prompts = 2;
+  c.eval_problems = 0;
+  c.task = "addition:digits=1";
+  c.learner.recipe.plan = "mxfp8";
+  c.learner.optim.lr = 3e-3;
+  c.learner.optim.weight_decay = 0;
+  return c;
+}
+
+std::vector<float> weights(RlRun& r) {
+  const auto s = r.learner().params().storage();
+  return {s.begin(), s.end()};
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Grpo, RewardRisesOnAToyTaskAndAllChecksPassEveryStep) {
+  const std::string dir = make_model_dir("reward");
+  RlConfig cfg = small_config();
+  cfg.steps = 14;
+  cfg.prompts_per_step = 8;
+  cfg.samples_per_prompt = 8;
+  cfg.max_new_tokens = 2;
+  cfg.agreement_every = 7;
+  ThreadPool pool(2);
+  RlRun run = RlRun::start(dir, cfg, std::make_unique<DigitTask>(), Exec{&pool});
+  std::vector<double> reward;
+  RlEvents ev;
+  ev.on_step = [&](const RlStepStats& s) {
+    reward.push_back(s.reward_mean);
+    EXPECT_TRUE(s.sync.passed()) << s.step;
+    EXPECT_EQ(s.sync.version, static_cast<uint64_t>(s.step));
+    EXPECT_EQ(s.version + 1, static_cast<uint64_t>(s.step));
+  };
+  run.run("", ev);
+  ASSERT_EQ(reward.size(), 14u);
+  const double first = (reward[0] + reward[1] + reward[2]) / 3, last = (reward[11] + reward[12] + reward[13]) / 3;
+  EXPECT_GT(last, first + 0.2) << "first " << first << " last " << last;
+  EXPECT_EQ(run.engine().version(), 14u);
+}
+
+TEST(Grpo, OneAndThreeThreadsEndWithIdenticalWeights) {
+  const std::string dir = make_model_dir("threads");
+  RlConfig cfg = small_config();
+  cfg.steps = 3;
+  cfg.updates_per_batch = 2;
+  std::vector<float> w[2];
+  for (int i = 0; i < 2; ++i) {
+    ThreadPool pool(i == 0 ? 1 : 3);
+    RlRun run = RlRun::start(dir, cfg, Exec{&pool});
+    run.run("");
+    w[i] = weights(run);
+  }
+  EXPECT_TRUE(bitwise_equal(w[0], w[1]));
+}
+
+struct PlanCase {
+  std::string recipe, sampler, sync;
+  bool moe, bitwise;
+};
+
+TEST(Grpo, EveryWorkingSamplerPlanAndSyncModeRunsCleanWithAllSevenChecks) {
+  const std::vector<PlanCase> cases = {
+      {"mxfp8", "", "ship", false, true},
+      {"mxfp8", "", "requantize", false, true},
+      {"mxfp8", "mxfp8", "ship", true, true},
+      {"mxfp8", "bf16", "ship", false, false},
+      {"mxfp8", "bf16", "requantize", true, false},
+      {"mxfp8", "mxfp8-half", "ship", false, false},
+      {"mxfp8", "mxfp8-floor", "requantize", false, false},
+      {"mxfp8", "fp8-block128", "requantize", false, false},
+      {"mxfp8", "mxfp8+fp8kv", "ship", false, false},
+      {"bf16", "", "ship", false, true},
+      {"bf16", "mxfp8", "requantize", false, false},
+  };
+  ThreadPool pool(2);
+  for (const PlanCase& pc : cases) {
+    SCOPED_TRACE(pc.recipe + " -> " + (pc.sampler.empty() ? "(same)" : pc.sampler) + " by " + pc.sync +
+                 (pc.moe ? " (moe)" : ""));
+    const std::string dir = make_model_dir(pc.moe ? "plans_moe" : "plans", pc.moe);
+    RlConfig cfg = small_config();
+    cfg.learner.recipe.plan = pc.recipe;
+    cfg.sampler_plan = pc.sampler;
+    cfg.sync = sync::parse_sync_mode(pc.sync);
+    cfg.loss.correction = RolloutCorrection::TIS;
+    std::vector<RlStepStats> steps;
+    RlEvents ev;
+    ev.on_step = [&](const RlStepStats& s) { steps.push_back(s); };
+    try {
+      RlRun run = RlRun::start(dir, cfg, Exec{&pool});
+      run.run("", ev);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    ASSERT_EQ(steps.size(), 2u);
+    for (const RlStepStats& s : steps) {
+      EXPECT_TRUE(s.sync.passed());
+      ASSERT_EQ(s.sync.checks.size(), 7u);
+      const sync::CheckResult& agree = s.sync.checks.back();
+      ASSERT_EQ(agree.name, "agreement");
+      EXPECT_EQ(agree.measured["bitwise_required"].get<bool>(), pc.bitwise);
+      EXPECT_EQ(agree.measured["bitwise_equal"].get<bool>(), pc.bitwise);
+      EXPECT_EQ(s.mismatch["bitwise_equal"].get<bool>(), pc.bitwise);
+      if (pc.bitwise) {
+        // On the learner's grid with shared kernels: w = exp(old - rollout) = 1 exactly.
+        EXPECT_EQ(s.mismatch["is_max"].get<double>(), 1.0);
+        EXPECT_EQ(s.mismatch["is_min"].get<double>(), 1.0);
+        EXPECT_EQ(s.mismatch["kl_max"].get<double>(), 0.0);
+      } else {
+        EXPECT_GT(s.mismatch["kl_mean"].get<double>(), 0.0);
+        EXPECT_GT(agree.measured["kl_mean"].get<double>(), 0.0);
+      }
+    }
+  }
+}
+
+TEST(Grpo, ImpossibleCombinationsAreRefusedAtStart) {
+  const std::string dir = make_model_dir("refuse");
+  RlConfig cfg = small_config();
+  cfg.learner.recipe.plan = "bf16";
+  cfg.sampler_plan = "mxfp8";
+  cfg.sync = sync::SyncMode::Ship;
+  try {
+    RlRun::start(dir, cfg);
+    FAIL() << "ship from a bf16 learner into an mxfp8 sampler was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("requantize"), std::string::npos) << e.what();
+  }
+  cfg = small_config();
+  cfg.temperature = 0.0f;
+  EXPECT_THROW(RlRun::start(dir, cfg), Error);
+}
+
+TEST(Grpo, KilledAtAStepAndResumedEndsWithTheSameWeightsBitForBit) {
+  const std::string dir = make_model_dir("resume");
+  const std::string out1 = dir + "_out1", out2 = dir + "_out2";
+  fs::remove_all(out1), fs::remove_all(out2);
+  RlConfig cfg = small_config();
+  cfg.steps = 4;
+  cfg.save_every = 2;
+  cfg.updates_per_batch = 2;
+  cfg.learner.optim.schedule = LrSchedule::Cosine;
+  ThreadPool pool(2);
+  std::vector<float> full;
+  {
+    RlRun run = RlRun::start(dir, cfg, Exec{&pool});
+    run.run(out1);
+    full = weights(run);
+  }
+  // "Killed" after step 2: continue from its checkpoint in a new process-like run.
+  RlRun resumed = RlRun::resume(out1 + "/step-000002", Exec{&pool});
+  EXPECT_EQ(resumed.step(), 2);
+  EXPECT_EQ(resumed.engine().version(), 2u);
+  resumed.run(out2);
+  EXPECT_EQ(resumed.engine().version(), 4u);
+  EXPECT_TRUE(bitwise_equal(full, weights(resumed)));
+  const Checkpoint a = load_checkpoint(out1 + "/final"), b = load_checkpoint(out2 + "/final");
+  EXPECT_TRUE(bitwise_equal({a.params.storage().begin(), a.params.storage().end()},
+                            {b.params.storage().begin(), b.params.storage().end()}));
+}
+
+TEST(Grpo, SettingsRoundTripAndAreReadStrictly) {
+  RlConfig c = small_config();
+  c.loss.agg = LossAgg::SeqMeanTokenMean;
+  c.loss.correction = RolloutCorrection::MIS;
+  c.sync = sync::SyncMode::Requantize;
+  const nlohmann::json j = c.to_json();
+  EXPECT_EQ(RlConfig::from_json(j).to_json(), j);
+  nlohmann::json bad = j;
+  bad["prompts_per_step"] = 2.5;
+  EXPECT_THROW(RlConfig::from_json(bad), Error);
+  bad = j;
+  bad.erase("clip_high");
+  EXPECT_THROW(RlConfig::from_json(bad), Error);
+  bad = j;
+  bad["loss_agg"] = "sum";
+  EXPECT_THROW(RlConfig::from_json(bad), Error);
+}
+
+}  // namespace
+}  // namespace mxrl::rl

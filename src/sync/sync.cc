@@ -1,0 +1,110 @@
+#include "sync/sync.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+namespace mxrl::sync {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+bool SyncReport::passed() const {
+  if (!applied) return false;
+  for (const CheckResult& c : checks)
+    if (c.ran && !c.passed) return false;
+  return true;
+}
+
+std::vector<std::string> SyncReport::findings() const {
+  std::vector<std::string> out;
+  if (!error.empty()) out.push_back("sync: " + error);
+  for (const CheckResult& c : checks)
+    for (const std::string& f : c.findings) out.push_back(c.name + ": " + f);
+  return out;
+}
+
+nlohmann::json SyncReport::to_json() const {
+  nlohmann::json j = {{"version", version}, {"applied", applied}, {"bytes", bytes},
+                      {"build_s", build_seconds}, {"apply_s", apply_seconds}, {"checks_s", check_seconds}};
+  if (!error.empty()) j["error"] = error;
+  nlohmann::json cs = nlohmann::json::object();
+  for (const CheckResult& c : checks) {
+    nlohmann::json cj = {{"passed", c.passed}, {"seconds", c.seconds}, {"findings", c.findings}};
+    if (!c.measured.empty()) cj["measured"] = c.measured;
+    cs[c.name] = std::move(cj);
+  }
+  j["checks"] = std::move(cs);
+  return j;
+}
+
+bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, const Exec& exec) {
+  if (learner.plan().fp8_kv_cache != sampler_plan.fp8_kv_cache) return false;
+  if (learner.plan().bf16_embeddings != sampler_plan.bf16_embeddings) return false;
+  bool same = true;
+  const ParamTable layout(learner.config(), /*allocate=*/false);
+  learner.for_each_tensor([&](const ModelTensor& t) {
+    if (!t.linear) return;
+    const ParamInfo* p = layout.find(t.linear->name);
+    const LinearPrecision want = p && p->role == ParamRole::Linear ? sampler_plan.for_param(*p) : sampler_plan.lm_head;
+    if (!(want == t.linear->prec)) same = false;
+  });
+  return same;
+}
+
+void apply_bundle(Engine& engine, const Bundle& b, const Exec& exec) {
+  if (!engine.idle()) fail("sync: the sampler has samples in flight; drain before applying version {}", b.version);
+  const ModelConfig& cfg = engine.model().config();
+  if (b.config != cfg.to_json()) fail("sync: version {} is for another model config", b.version);
+  if (b.mode == SyncMode::Ship)
+    engine.stage(bundle_to_shipment(b, cfg), b.version);
+  else
+    engine.stage(bundle_to_params(b, cfg), engine.model().plan(), b.version);
+  if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", b.version);
+}
+
+SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine& engine, uint64_t version,
+                        const SyncSettings& s, const Probe& probe, const std::vector<GeneratedSample>& rollout,
+                        uint64_t rollout_version, const Channel& channel, const Exec& exec) {
+  SyncReport r;
+  r.version = version;
+  Expectation e;
+  e.version = version;
+  e.previous_manifest = model_digests(engine.model());
+  // The learner's side: the bundle, and what it expects the sampler to hold.
+  auto t0 = Clock::now();
+  const PrecisionPlan plan = engine.model().plan();  // a copy: the swap frees the old model
+  const Bundle bundle = s.mode == SyncMode::Ship ? make_ship_bundle(learner, masters, plan, version, exec)
+                                                 : make_requantize_bundle(masters, learner.plan(), version);
+  std::vector<std::byte> bytes = serialize(bundle);
+  r.bytes = static_cast<int64_t>(bytes.size());
+  r.build_seconds = since(t0);
+  // The sampler's side.
+  t0 = Clock::now();
+  try {
+    if (channel) bytes = channel(std::move(bytes));
+    apply_bundle(engine, parse_bundle(bytes, fmt::format("bundle v{}", version)), exec);
+    r.applied = true;
+  } catch (const Error& err) {
+    r.error = err.what();
+    e.sync_failed = true;
+  }
+  r.apply_seconds = since(t0);
+  if (s.checks == CheckMode::Off) return r;
+  t0 = Clock::now();
+  e.manifest = expected_manifest(learner, masters, plan, exec);
+  const std::vector<TensorDigest> live = model_digests(engine.model());
+  if (!e.sync_failed) r.checks = check_manifests(e.manifest, live, e.previous_manifest);
+  r.checks.push_back(check_freshness(engine, exec));
+  r.checks.push_back(check_atomicity(engine, e, rollout, rollout_version, live));
+  if (!e.sync_failed && s.agreement_every > 0 && version % static_cast<uint64_t>(s.agreement_every) == 0)
+    r.checks.push_back(check_agreement(learner, engine, probe, s.bound, exec));
+  r.check_seconds = since(t0);
+  return r;
+}
+
+}  // namespace mxrl::sync

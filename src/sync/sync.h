@@ -1,0 +1,68 @@
+// One weight sync, learner -> sampler, in one process (BRIEF §6):
+//
+//   learner   make_*_bundle(version v)  -> serialize  -> the channel (bytes)
+//   sampler   parse_bundle (digests verified) -> decode -> Engine::stage
+//             (a complete new model, validated) -> swap when no sample is in
+//             flight (caches dropped, execution plan rebound) -> reports v
+//   checks    the seven, against the live engine, each timed
+//
+// A bundle that fails anywhere on the sampler's side leaves the old version
+// serving, whole; the report says so and the atomicity check verifies it.
+// The channel is the seam where transport faults go (and, for the
+// distributed runtime, the MPI transport).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sampler/engine.h"
+#include "sync/bundle.h"
+#include "sync/checks.h"
+
+namespace mxrl::sync {
+
+struct SyncSettings {
+  SyncMode mode = SyncMode::Ship;
+  CheckMode checks = CheckMode::Stop;
+  int64_t agreement_every = 1;   // run the agreement check on every Nth version (0: never)
+  AgreementBound bound;          // bound.bitwise: the sampler runs the learner's plan
+};
+
+// Moves bundle bytes from the learner to the sampler. The in-process channel
+// hands them over as they are.
+using Channel = std::function<std::vector<std::byte>(std::vector<std::byte>)>;
+
+struct SyncReport {
+  uint64_t version = 0;
+  bool applied = false;        // the sampler serves `version`
+  std::string error;           // why the sampler refused the bundle, if it did
+  int64_t bytes = 0;
+  double build_seconds = 0, apply_seconds = 0, check_seconds = 0;
+  std::vector<CheckResult> checks;  // those that ran, in condition order
+  bool passed() const;              // applied and every check that ran passed
+  std::vector<std::string> findings() const;  // "check: finding" lines
+  nlohmann::json to_json() const;   // per check: passed, seconds, findings (and measured)
+};
+
+// Whether a sampler plan computes exactly as the learner's plan does (same
+// precision for every tensor, same KV cache): agreement must then be bitwise.
+bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, const Exec& exec = {});
+
+// The sampler's loader: decodes the bundle for the engine's plan and stages
+// it, then swaps it in (the engine must be idle). Throws, leaving the engine
+// as it was, when the bundle does not fit.
+void apply_bundle(Engine& engine, const Bundle& bundle, const Exec& exec = {});
+
+// One sync of version `version` from the learner (its forward model and FP32
+// masters) to `engine`, then the checks. `rollout` holds the samples of the
+// last generation (meant for `rollout_version`) for the atomicity check;
+// `probe` feeds the agreement check.
+SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine& engine, uint64_t version,
+                        const SyncSettings& settings, const Probe& probe, const std::vector<GeneratedSample>& rollout,
+                        uint64_t rollout_version, const Channel& channel = {}, const Exec& exec = {});
+
+}  // namespace mxrl::sync
