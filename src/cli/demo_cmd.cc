@@ -1,15 +1,17 @@
 // mxrl demo: the main job on its embedded default. Initialises the tiny
-// dense preset (random weights, character tokenizer), fine-tunes it on
-// 3-digit addition with the MXFP8 recipe, evaluating held-out problems by
-// greedy decoding through the sampler (which runs on the learner's forward
-// weights), and prints samples. Everything lands under --out.
+// dense preset (random weights, character tokenizer), warm-starts it with
+// SFT on 3-digit addition (MXFP8 recipe), then runs GRPO with the MXFP8
+// recipe and an on-grid MXFP8 sampler fed by `ship`, every weight sync
+// verified by the seven checks (--checks stop: a failing check ends the
+// demo). Prints held-out greedy accuracy before and after RL, and samples.
 #include <fmt/format.h>
 
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "model/init.h"
+#include "cli/rl_cli.h"
 #include "cli/sft_cli.h"
+#include "model/init.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -18,12 +20,13 @@ namespace {
 struct DemoArgs : SftCliArgs {
   std::string preset = "tiny-dense";
   uint64_t init_seed = 0;
+  RlCliArgs rl;
   DemoArgs() {
     out = "mxrl-demo";
     cfg.task = "addition:digits=3";
-    cfg.steps = 1200;
+    cfg.steps = 800;
     cfg.batch_size = 64;
-    cfg.eval_every = 200;
+    cfg.eval_every = 0;
     cfg.eval_problems = 200;
     cfg.learner.recipe.plan = "mxfp8";
     cfg.learner.optim.lr = 2e-3;
@@ -31,6 +34,15 @@ struct DemoArgs : SftCliArgs {
     cfg.learner.optim.weight_decay = 0.0;
     schedule = "cosine";
     samples = 10;
+    rl::RlConfig& r = rl.cfg;
+    r.steps = 100;
+    r.prompts_per_step = 32;
+    r.samples_per_prompt = 8;
+    r.temperature = 1.0f;
+    r.eval_every = 50;
+    r.learner.optim.lr = 5e-5;
+    r.learner.optim.weight_decay = 0.0;
+    rl.log_every = 10;
   }
 };
 
@@ -38,29 +50,63 @@ void run_demo(DemoArgs& a) {
   namespace fs = std::filesystem;
   apply_sft_options(a);
   const std::string init = (fs::path(a.out) / "init").string();
-  fmt::print(stderr, "demo: 1/2 initialise the {} preset -> {}\n", a.preset, init);
+  const std::string sft_out = (fs::path(a.out) / "sft").string(), rl_out = (fs::path(a.out) / "rl").string();
+  fmt::print(stderr, "demo: 1/3 initialise the {} preset -> {}\n", a.preset, init);
   write_preset_checkpoint(init, a.preset, a.init_seed);
-  fmt::print(stderr, "demo: 2/2 fine-tune on {} ({} steps), evaluate through the sampler\n", a.cfg.task, a.cfg.steps);
   ThreadPool pool(a.threads);
-  const std::string train_out = a.out;
-  rl::SftRun run = rl::SftRun::start(init, a.cfg, Exec{&pool});
-  const SftCliResult r = run_sft_cli(a, run);
-  fmt::print("held-out exact-match accuracy: {:.3f} ({}/{}) after {} steps, {:.0f} s\n", r.eval.accuracy,
-             r.eval.correct, r.eval.total, a.cfg.steps, r.seconds);
+  fmt::print(stderr, "demo: 2/3 SFT warm start on {} ({} steps, {})\n", a.cfg.task, a.cfg.steps,
+             a.cfg.learner.recipe.plan);
+  SftCliArgs sft = a;
+  sft.out = sft_out;
+  sft.samples = 0;
+  rl::SftRun warm = rl::SftRun::start(init, a.cfg, Exec{&pool});
+  const SftCliResult s = run_sft_cli(sft, warm);
+  fmt::print(stderr, "demo: 3/3 GRPO ({} steps x {} prompts x {} samples), {} learner, on-grid {} sampler fed by ship, "
+                     "seven checks on every sync\n",
+             a.rl.cfg.steps, a.rl.cfg.prompts_per_step, a.rl.cfg.samples_per_prompt, a.cfg.learner.recipe.plan,
+             a.cfg.learner.recipe.plan);
+  RlCliArgs& r = a.rl;
+  r.cfg.task = a.cfg.task;
+  r.cfg.seed = a.cfg.seed + 1;  // fresh problems for RL
+  r.cfg.learner.recipe = a.cfg.learner.recipe;
+  r.cfg.eval_problems = a.cfg.eval_problems;
+  r.out = rl_out;
+  r.metrics = a.metrics.empty() ? "" : a.metrics + ".rl.jsonl";
+  r.threads = a.threads;
+  apply_rl_options(r);
+  rl::RlRun run = rl::RlRun::start(sft_out + "/final", r.cfg, Exec{&pool});
+  const RlCliResult res = run_rl_cli(r, run);
+  const rl::EvalResult& before = res.evals.front();
+  const rl::EvalResult& after = res.evals.back();
+  fmt::print("samples (greedy, held-out, after RL):\n");
+  for (int64_t i = 0; i < std::min<int64_t>(a.samples, static_cast<int64_t>(after.samples.size())); ++i) {
+    const rl::EvalSample& e = after.samples[i];
+    fmt::print("  {}{}  {}{}\n", e.problem.prompt, e.completion, e.correct ? "ok" : "WRONG, expected ",
+               e.correct ? "" : e.problem.answer);
+  }
+  fmt::print("held-out greedy accuracy: {:.3f} after SFT ({} steps), {:.3f} after RL ({} steps, every sync passing "
+             "all seven checks); {:.0f} s SFT + {:.0f} s RL\n",
+             before.accuracy, a.cfg.steps, after.accuracy, res.steps, s.seconds, res.seconds);
 }
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
-  auto* c = app.add_subcommand("demo", "The main job: init the tiny preset, SFT it on addition (MXFP8), print samples");
-  c->add_option("--out", a->out, "Output directory (init/, final/)")->capture_default_str();
-  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))
-      ->capture_default_str();
+  auto* c = app.add_subcommand("demo", "The main job: init the tiny preset, SFT warm start, GRPO with checked weight syncs");
+  c->add_option("--out", a->out, "Output directory (init/, sft/, rl/)")->capture_default_str();
+  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--init-seed", a->init_seed, "Initialisation seed")->capture_default_str();
-  c->add_option("--metrics", a->metrics, "JSONL metrics file");
+  c->add_option("--metrics", a->metrics, "JSONL metrics file of the SFT phase (the RL phase writes FILE.rl.jsonl)");
   c->add_option("--samples", a->samples, "Held-out samples to print")->capture_default_str();
-  c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps")->capture_default_str();
   add_sft_options(c, *a);
+  c->add_option("--rl-steps", a->rl.cfg.steps, "GRPO steps")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--rl-lr", a->rl.cfg.learner.optim.lr, "GRPO learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--prompts-per-step", a->rl.cfg.prompts_per_step, "GRPO prompts per step")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--samples-per-prompt", a->rl.cfg.samples_per_prompt, "GRPO samples per prompt")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--temperature", a->rl.cfg.temperature, "GRPO sampling temperature")->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_threads_option(c, &a->threads);
   c->callback([a] { run_demo(*a); });
 }

@@ -120,11 +120,17 @@ TEST_F(SftCmd, LearnerAndSamplerScoresAreTheSameBytes) {
 }
 
 TEST_F(SftCmd, DemoRunsEndToEnd) {
-  auto r = run_mxrl(dir_, "demo --out " + path("demo") + " --steps 3 --warmup 1 --eval-every 0 --eval-problems 4 --batch-size 4");
+  auto r = run_mxrl(dir_, "demo --out " + path("demo") + " --steps 3 --warmup 1 --eval-every 0 --eval-problems 4 --batch-size 4"
+                          " --rl-steps 2 --prompts-per-step 2 --samples-per-prompt 2 --metrics " + path("m.jsonl"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("held-out exact-match accuracy"), std::string::npos) << r.out;
-  EXPECT_TRUE(fs::exists(path("demo/final/model.safetensors")));
+  EXPECT_NE(r.out.find("held-out greedy accuracy:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("after RL (2 steps, every sync passing all seven checks)"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(path("demo/init/config.json")));
+  EXPECT_TRUE(fs::exists(path("demo/sft/final/model.safetensors")));
+  EXPECT_TRUE(fs::exists(path("demo/rl/final/model.safetensors")));
+  int rl_steps = 0;
+  for (const auto& j : read_jsonl(path("m.jsonl.rl.jsonl"))) rl_steps += j.contains("reward_mean");
+  EXPECT_EQ(rl_steps, 2);
 }
 
 TEST_F(SftCmd, BenchTrainSweepFitsBothRecipes) {
