@@ -201,10 +201,12 @@ Bundle read_metadata(const std::map<std::string, std::string>& m, const std::str
   if (fmt_it->second != kBundleFormat)
     fail("{}: __metadata__ \"format\" is {}, not '{}': not an mxrl sync bundle (or another version)", label,
          quote(fmt_it->second), kBundleFormat);
-  for (const auto& [key, _] : m)
+  for (const auto& entry : m) {
+    const std::string& key = entry.first;  // not a structured binding: clang 14 cannot capture those
     if (std::find_if(std::begin(kMetaKeys), std::end(kMetaKeys), [&](const char* k) { return key == k; }) ==
         std::end(kMetaKeys))
       fail("{}: unknown __metadata__ key {}", label, quote(key));
+  }
   Bundle b;
   b.version = parse_version(get("version"), label);
   try {
