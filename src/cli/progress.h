@@ -53,4 +53,10 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// Seconds as "42s" or "3m07s" (rounded), for progress and summary lines.
+inline std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
+}
+
 }  // namespace mxrl::cli

@@ -15,11 +15,6 @@
 namespace mxrl::cli {
 
 namespace {
-std::string duration(double s) {
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  return t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
-}
-
 double num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
@@ -109,7 +104,7 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
         "{} step {}/{} reward {:.3f} len {:.1f} kl {:.2e} |dlogp|max {:.2e} {} {:.0f} tok/s eta {}",
         Progress::bar(done, 1, 20), st.step, cfg.steps, st.reward_mean, st.response_len_mean,
         num(mm, "kl_mean"), num(mm, "abs_dlogp_max"), checks_summary(st.sync),
-        st.seconds > 0 ? st.tokens / st.seconds : 0.0, duration(eta));
+        st.seconds > 0 ? st.tokens / st.seconds : 0.0, format_duration(eta));
     if (progress.on())
       progress.show(line);
     else if (st.step % a.log_every == 0 || st.step == cfg.steps)
@@ -143,7 +138,7 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
   progress.clear();
   if (res.evals.size() >= 2)
     fmt::print(stderr, "done: {} RL steps in {}; held-out greedy accuracy {:.3f} -> {:.3f}\n", res.steps,
-               duration(res.seconds), res.evals.front().accuracy, res.evals.back().accuracy);
+               format_duration(res.seconds), res.evals.front().accuracy, res.evals.back().accuracy);
   if (!a.out.empty()) fmt::print(stderr, "final state: {}/final\n", a.out);
   return res;
 }

@@ -14,13 +14,6 @@
 
 namespace mxrl::cli {
 
-namespace {
-std::string duration(double s) {
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  return t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
-}
-}  // namespace
-
 SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   const rl::SftConfig& cfg = run.config();
   MetricsSink metrics(a.metrics);
@@ -52,7 +45,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
     const double eta = done > 0 ? elapsed() * (1 - done) / done : 0;
     const std::string line =
         fmt::format("{} step {}/{} loss {:.4f} (avg {:.4f}) {:.0f} tok/s lr {:.2e} eta {}", Progress::bar(done, 1, 24),
-                    step, cfg.steps, r.loss, ema_loss, tokens / elapsed(), r.optim.lr, duration(eta));
+                    step, cfg.steps, r.loss, ema_loss, tokens / elapsed(), r.optim.lr, format_duration(eta));
     if (progress.on())
       progress.show(line);
     else if (step % a.log_every == 0 || step == cfg.steps)
@@ -78,7 +71,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   res.tokens = tokens;
   progress.clear();
   fmt::print(stderr, "done: {} steps in {}, {:.0f} training tokens/s; final held-out accuracy {:.3f} ({}/{})\n",
-             cfg.steps - first, duration(res.seconds), tokens / res.seconds, res.eval.accuracy, res.eval.correct,
+             cfg.steps - first, format_duration(res.seconds), tokens / res.seconds, res.eval.accuracy, res.eval.correct,
              res.eval.total);
   const int64_t show = std::min<int64_t>(a.samples, static_cast<int64_t>(res.eval.samples.size()));
   if (show > 0) fmt::print("samples (greedy, held-out):\n");

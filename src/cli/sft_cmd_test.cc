@@ -11,34 +11,11 @@
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
+using testing_cli::read_jsonl;
 using testing_cli::run_mxrl;
 using testing_cli::slurp;
 
-class SftCmd : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mxrl_sft_cmd_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "small.toml") << "hidden_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n"
-                                          "num_key_value_heads = 2\nhead_dim = 16\nintermediate_size = 128\n"
-                                          "max_position_embeddings = 128\ntie_word_embeddings = true\n";
-    const auto r = run_mxrl(dir_, "init --config " + (dir_ / "small.toml").string() + " --out " + model());
-    ASSERT_EQ(r.rc, 0) << r.err;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string model() const { return (dir_ / "model").string(); }
-  std::string path(const std::string& p) const { return (dir_ / p).string(); }
-  fs::path dir_;
-};
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> v;
-  std::ifstream f(path);
-  for (std::string line; std::getline(f, line);) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
+class SftCmd : public testing_cli::SmallModelTest {};
 
 TEST_F(SftCmd, TrainsWritesMetricsAndCheckpointsAndResumesBitwise) {
   const std::string common = " --task addition:digits=2 --batch-size 8 --micro-batch-tokens 48 --lr 2e-3 --warmup 1"

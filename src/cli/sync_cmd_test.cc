@@ -16,23 +16,7 @@ namespace fs = std::filesystem;
 using testing_cli::run_mxrl;
 using testing_cli::slurp;
 
-class SyncCmd : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mxrl_sync_cmd_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "small.toml") << "hidden_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n"
-                                          "num_key_value_heads = 2\nhead_dim = 16\nintermediate_size = 64\n"
-                                          "max_position_embeddings = 64\ntie_word_embeddings = true\n";
-    const auto r = run_mxrl(dir_, "init --config " + path("small.toml") + " --out " + path("model"));
-    ASSERT_EQ(r.rc, 0) << r.err;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& p) const { return (dir_ / p).string(); }
-  fs::path dir_;
-};
+class SyncCmd : public testing_cli::SmallModelTest {};
 
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
@@ -72,7 +56,7 @@ TEST_F(SyncCmd, ExportRequantizeAndRefusals) {
   r = run_mxrl(dir_, "sync inspect " + path("r.safetensors"));
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("v0, requantize bundle, recipe mxfp8+floor, plan mxfp8+floor"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("model.layers.0.mlp.down_proj.weight bf16 BF16 [64, 64] bf16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.mlp.down_proj.weight bf16 BF16 [64, 128] bf16"), std::string::npos) << r.out;
 
   r = run_mxrl(dir_, "sync export --model " + path("model") + " --recipe bf16 --sync ship --sampler-plan mxfp8 --out " +
                          path("x.safetensors"));

@@ -157,30 +157,17 @@ void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std
   cfg_.validate();
   exec_ = exec;
   if (!task_) task_ = tasks::make_task(cfg_.task);
-  if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
-  tk_ = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
-  tokenizer_json_ = tokenizer_json;
-  tokenizer_config_json_ = tokenizer_config_json;
-  const ModelConfig& c = params.config();
-  if (c.eos_token_id() < 0 || c.eos_token_id() >= c.vocab_size) fail("the model config has no valid eos_token_id");
-  eos_ = static_cast<int32_t>(c.eos_token_id());
-  if (tk_->vocab_size() > c.vocab_size) fail("the tokenizer has {} tokens, the model only {}", tk_->vocab_size(), c.vocab_size);
-  max_new_ = cfg_.max_new_tokens;
-  if (max_new_ == 0) {
-    int64_t longest = 0;
-    for (int64_t i = 0; i < 200; ++i)
-      longest = std::max<int64_t>(longest, tk_->encode(task_->generate(tasks::Split::Eval, cfg_.seed, i).answer).size());
-    max_new_ = longest + 8;
-  }
+  setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
+                           cfg_.max_new_tokens, 200);
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
   // The probe: held-out prompts with their answers, from a stream the
   // evaluation does not use (seed + 1).
   for (int64_t i = 0; i < cfg_.probe_prompts; ++i) {
     const tasks::Problem p = task_->generate(tasks::Split::Eval, cfg_.seed + 1, static_cast<uint64_t>(i));
-    std::vector<int32_t> t = tk_->encode(p.prompt);
+    std::vector<int32_t> t = setup_.tk->encode(p.prompt);
     probe_.prompt_len.push_back(static_cast<int64_t>(t.size()));
-    for (int32_t a : tk_->encode(p.answer)) t.push_back(a);
-    t.push_back(eos_);
+    for (int32_t a : setup_.tk->encode(p.answer)) t.push_back(a);
+    t.push_back(setup_.eos);
     probe_.tokens.push_back(std::move(t));
   }
   probe_.temperature = cfg_.temperature;
@@ -259,8 +246,8 @@ RlRun RlRun::resume(const std::string& state_dir, const Exec& exec) {
 
 void RlRun::save(const std::string& dir) const {
   TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
-                learner_->optimizer().v(), learner_->optimizer().step(), json::object(), tokenizer_json_,
-                tokenizer_config_json_};
+                learner_->optimizer().v(), learner_->optimizer().step(), json::object(), setup_.tokenizer_json,
+                setup_.tokenizer_config_json};
   st.meta["rl"] = cfg_.to_json();
   st.meta["rl_step"] = step_;                      // the data position: next prompts are Train step*P ...
   st.meta["sampler_version"] = engine_->version();  // == rl_step after a clean sync
@@ -268,7 +255,7 @@ void RlRun::save(const std::string& dir) const {
 }
 
 EvalResult RlRun::evaluate_now() {
-  EvalResult e = evaluate(engine_->shared_model(), *task_, *tk_, eos_, cfg_.seed, cfg_.eval_problems, max_new_, exec_);
+  EvalResult e = evaluate(engine_->shared_model(), *task_, *setup_.tk, setup_.eos, cfg_.seed, cfg_.eval_problems, setup_.max_new, exec_);
   e.step = step_;
   return e;
 }
@@ -287,11 +274,11 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
     problems.push_back(task_->generate(tasks::Split::Train, cfg_.seed, index));
     GenerationRequest req;
     req.id = static_cast<int64_t>(index);
-    req.prompt = tk_->encode(problems.back().prompt);
+    req.prompt = setup_.tk->encode(problems.back().prompt);
     req.n = G;
-    req.max_new_tokens = max_new_;
+    req.max_new_tokens = setup_.max_new;
     req.sampling.temperature = cfg_.temperature;
-    req.stop_tokens = {eos_};
+    req.stop_tokens = {setup_.eos};
     req.seed = cfg_.seed;
     prompts.push_back(req.prompt);
     engine_->submit(req);
@@ -308,11 +295,11 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   for (size_t i = 0; i < samples.size(); ++i) {
     std::vector<int32_t> t = samples[i].tokens;
     response_tokens += static_cast<int64_t>(t.size());
-    if (!t.empty() && t.back() == eos_) t.pop_back();
+    if (!t.empty() && t.back() == setup_.eos) t.pop_back();
     // A padded model vocabulary can sample ids the tokenizer lacks: such a completion is wrong.
-    const bool decodable = std::all_of(t.begin(), t.end(), [&](int32_t id) { return id < tk_->vocab_size(); });
+    const bool decodable = std::all_of(t.begin(), t.end(), [&](int32_t id) { return id < setup_.tk->vocab_size(); });
     st.undecodable += !decodable;
-    rewards.push_back(decodable && task_->verify(problems[i / G], tk_->decode(t)) ? 1.0 : 0.0);
+    rewards.push_back(decodable && task_->verify(problems[i / G], setup_.tk->decode(t)) ? 1.0 : 0.0);
   }
   AdvantageStats as;
   const std::vector<double> adv = group_advantages(rewards, G, cfg_.adv_norm, cfg_.adv_eps, &as);

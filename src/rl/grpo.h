@@ -126,10 +126,8 @@ class RlRun {
 
   RlConfig cfg_;
   std::unique_ptr<tasks::Task> task_;
-  std::optional<tok::Tokenizer> tk_;
-  std::string tokenizer_json_, tokenizer_config_json_;
-  int32_t eos_ = -1;
-  int64_t max_new_ = 0, step_ = 0;
+  TaskSetup setup_;
+  int64_t step_ = 0;
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<Engine> engine_;
   sync::SyncSettings sync_;

@@ -134,27 +134,35 @@ EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task,
   return r;
 }
 
+TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& c, const std::string& tokenizer_json,
+                          const std::string& tokenizer_config_json, uint64_t seed, int64_t max_new_tokens,
+                          int64_t count) {
+  TaskSetup s;
+  if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
+  s.tk = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
+  s.tokenizer_json = tokenizer_json;
+  s.tokenizer_config_json = tokenizer_config_json;
+  if (c.eos_token_id() < 0 || c.eos_token_id() >= c.vocab_size) fail("the model config has no valid eos_token_id");
+  s.eos = static_cast<int32_t>(c.eos_token_id());
+  if (s.tk->vocab_size() > c.vocab_size)
+    fail("the tokenizer has {} tokens, the model only {}", s.tk->vocab_size(), c.vocab_size);
+  s.max_new = max_new_tokens;
+  if (s.max_new == 0) {
+    int64_t longest = 0;
+    for (int64_t i = 0; i < count; ++i)
+      longest = std::max<int64_t>(longest, s.tk->encode(task.generate(tasks::Split::Eval, seed, i).answer).size());
+    s.max_new = longest + 8;
+  }
+  return s;
+}
+
 void SftRun::init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
                   const Exec& exec) {
   cfg_.validate();
   exec_ = exec;
   task_ = tasks::make_task(cfg_.task);
-  if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
-  tk_ = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
-  tokenizer_json_ = tokenizer_json;
-  tokenizer_config_json_ = tokenizer_config_json;
-  const ModelConfig& c = params.config();
-  if (c.eos_token_id() < 0 || c.eos_token_id() >= c.vocab_size) fail("the model config has no valid eos_token_id");
-  eos_ = static_cast<int32_t>(c.eos_token_id());
-  if (tk_->vocab_size() > c.vocab_size)
-    fail("the tokenizer has {} tokens, the model only {}", tk_->vocab_size(), c.vocab_size);
-  max_new_ = cfg_.max_new_tokens;
-  if (max_new_ == 0) {
-    int64_t longest = 0;
-    for (int64_t i = 0; i < std::max<int64_t>(cfg_.eval_problems, 1); ++i)
-      longest = std::max<int64_t>(longest, tk_->encode(task_->generate(tasks::Split::Eval, cfg_.seed, i).answer).size());
-    max_new_ = longest + 8;
-  }
+  setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
+                           cfg_.max_new_tokens, std::max<int64_t>(cfg_.eval_problems, 1));
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
 }
 
@@ -188,7 +196,7 @@ int64_t SftRun::step() const { return learner_->optimizer().step(); }
 
 void SftRun::save(const std::string& dir) const {
   TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
-                learner_->optimizer().v(), step(), json::object(), tokenizer_json_, tokenizer_config_json_};
+                learner_->optimizer().v(), step(), json::object(), setup_.tokenizer_json, setup_.tokenizer_config_json};
   st.meta["sft"] = cfg_.to_json();
   st.meta["data_index"] = step() * cfg_.batch_size;  // next Train problem
   save_train_state(dir, st);
@@ -198,7 +206,7 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
   if (!out_dir.empty()) fs::create_directories(out_dir);
   EvalResult last;
   auto eval_now = [&] {
-    last = evaluate(learner_->shared_model(), *task_, *tk_, eos_, cfg_.seed, cfg_.eval_problems, max_new_, exec_);
+    last = evaluate(learner_->shared_model(), *task_, *setup_.tk, setup_.eos, cfg_.seed, cfg_.eval_problems, setup_.max_new, exec_);
     last.step = step();
     if (ev.on_eval) ev.on_eval(last);
   };
@@ -208,7 +216,7 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
     batch.clear();
     for (int64_t i = 0; i < cfg_.batch_size; ++i)
       batch.push_back(make_sft_sequence(
-          *tk_, task_->generate(tasks::Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), eos_));
+          *setup_.tk, task_->generate(tasks::Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), setup_.eos));
     const StepResult r = learner_->step(batch);
     if (ev.on_step) ev.on_step(step(), r);
     if (cfg_.eval_every > 0 && step() % cfg_.eval_every == 0 && step() < cfg_.steps && cfg_.eval_problems > 0)

@@ -39,6 +39,22 @@ struct SftConfig {
   void validate() const;
 };
 
+// What a run on a task takes from its checkpoint: the tokenizer (and its
+// files, saved again with every training state), the end-of-text token, and
+// the generation limit: max_new_tokens, or when 0 the longest answer among
+// the first `count` Eval problems of `seed`, plus 8. Throws when the
+// checkpoint has no tokenizer, no valid eos_token_id, or a tokenizer larger
+// than the model's vocabulary.
+struct TaskSetup {
+  std::optional<tok::Tokenizer> tk;
+  std::string tokenizer_json, tokenizer_config_json;
+  int32_t eos = -1;
+  int64_t max_new = 0;
+};
+TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& cfg, const std::string& tokenizer_json,
+                          const std::string& tokenizer_config_json, uint64_t seed, int64_t max_new_tokens,
+                          int64_t count);
+
 // The learner settings (recipe, micro-batch budget, aux loss, optimizer) as
 // keys of a settings object, shared by the SFT and RL training states.
 void learner_config_to_json(const LearnerConfig& l, nlohmann::json& into);
@@ -86,9 +102,9 @@ class SftRun {
   const SftConfig& config() const { return cfg_; }
   int64_t step() const;
   Learner& learner() { return *learner_; }
-  const tok::Tokenizer& tokenizer() const { return *tk_; }
+  const tok::Tokenizer& tokenizer() const { return *setup_.tk; }
   const tasks::Task& task() const { return *task_; }
-  int32_t eos() const { return eos_; }
+  int32_t eos() const { return setup_.eos; }
 
  private:
   SftRun() = default;
@@ -96,10 +112,7 @@ class SftRun {
             const Exec& exec);
   SftConfig cfg_;
   std::unique_ptr<tasks::Task> task_;
-  std::optional<tok::Tokenizer> tk_;
-  std::string tokenizer_json_, tokenizer_config_json_;
-  int32_t eos_ = -1;
-  int64_t max_new_ = 0;
+  TaskSetup setup_;
   std::unique_ptr<Learner> learner_;
   Exec exec_;
 };
