@@ -18,6 +18,7 @@ void add_sft_command(CLI::App& app);        // sft
 void add_rl_command(CLI::App& app);         // rl: GRPO with checked weight syncs
 void add_bench_train(CLI::App* bench);      // bench train (bench_train.cc)
 void add_sync_command(CLI::App& app);       // sync export, sync inspect
+void add_faults_command(CLI::App& app);     // faults: the sync fault matrix
 
 // A preset model (tiny-dense, tiny-moe) with the built-in character
 // tokenizer, randomly initialised, saved as a checkpoint directory.

@@ -52,6 +52,10 @@ void add_rl_options(CLI::App* c, RlCliArgs& a) {
       ->check(CLI::IsMember({"ship", "requantize"}))->capture_default_str();
   c->add_option("--checks", a.checks, "stop (a failed check ends the run), warn, or off")
       ->check(CLI::IsMember({"stop", "warn", "off"}))->capture_default_str();
+  c->add_option("--inject", s.inject,
+                "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
+                "See `mxrl faults --list`")
+      ->take_all();
   c->add_option("--agreement-every", s.agreement_every, "Run the agreement check on every Nth version (0: never)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--agreement-max-kl", s.agreement_max_kl, "Agreement bound when the plans differ: mean exact KL per token")->capture_default_str();
@@ -71,7 +75,7 @@ const std::vector<const char*>& rl_option_names() {
                                   "--clip-high", "--loss-agg", "--rollout-correction", "--correction-cap",
                                   "--updates-per-batch", "--sampler-plan", "--sync", "--checks", "--agreement-every",
                                   "--agreement-max-kl", "--agreement-max-abs-dlogp", "--probe-prompts", "--eval-every",
-                                  "--eval-problems", "--save-every", "--config"};
+                                  "--eval-problems", "--save-every", "--config", "--inject"};
     v.insert(v.end(), learner_option_names().begin(), learner_option_names().end());
     return v;
   }();

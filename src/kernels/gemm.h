@@ -120,6 +120,12 @@ void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec
 // ground truth for the tests.
 void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y);
 
+// Not the contract: another engine's reduction order, for the foreign-kernel
+// fault and the matching experiments. Each output sums K in `splits` partial
+// chains over contiguous K ranges (each a sequential FMA chain), then adds the
+// partials in order. Same exact operand values as gemm(); different rounding.
+void gemm_split_k(const float* x, int64_t m, const WeightView& w, float* y, int64_t splits);
+
 namespace detail {
 // One entry per backend. run computes rows [m0, m1) x panels [p0, p1) of Y;
 // the dispatcher in gemm.cc splits M into blocks of at most about

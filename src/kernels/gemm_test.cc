@@ -419,3 +419,35 @@ TEST(Gemm, Errors) {
 
 }  // namespace
 }  // namespace mxrl
+
+namespace mxrl {
+namespace {
+// The foreign reduction order (not the contract): one split is the
+// reference's chain bit for bit; four partial sums are another rounding of
+// the same exact products, close to the reference but not always equal.
+TEST(GemmSplitK, OneSplitIsTheReferenceFourAreAnotherOrder) {
+  uint32_t seed = 900;
+  int64_t differ = 0, total = 0;
+  for (Kind kind : kAllKinds) {
+    const int64_t n = 33, k = 544, m = 9;
+    const Weight w = make_weight(kind, n, k, ++seed);
+    const std::vector<float> x = random_matrix(m, k, ++seed);
+    std::vector<float> ref(m * n), one(m * n), four(m * n);
+    gemm_reference(x.data(), m, w.view, ref.data());
+    gemm_split_k(x.data(), m, w.view, one.data(), 1);
+    gemm_split_k(x.data(), m, w.view, four.data(), 4);
+    EXPECT_EQ(std::memcmp(ref.data(), one.data(), ref.size() * sizeof(float)), 0) << w.name;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      differ += ref[i] != four[i];
+      ++total;
+      EXPECT_NEAR(four[i], ref[i], 1e-4f * (1.0f + std::fabs(ref[i]))) << w.name << " [" << i << "]";
+    }
+  }
+  EXPECT_GT(differ, total / 10) << "split-K must round differently from the sequential chain";
+  const Weight w = make_weight(Kind::F32, 2, 32, 1);
+  const std::vector<float> x = random_matrix(1, 32, 2);
+  std::vector<float> y(2);
+  EXPECT_THROW(gemm_split_k(x.data(), 1, w.view, y.data(), 0), Error);
+}
+}  // namespace
+}  // namespace mxrl

@@ -80,7 +80,10 @@ void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<fl
     in = scratch.data();
   }
   PhaseTimer t(exec.times, Phase::Gemm);
-  gemm(in, m, packed, y, exec);
+  if (exec.gemm_split_k > 1)
+    gemm_split_k(in, m, view(), y, exec.gemm_split_k);
+  else
+    gemm(in, m, packed, y, exec);
 }
 
 }  // namespace mxrl

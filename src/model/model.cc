@@ -147,6 +147,14 @@ std::vector<const PreparedLinear*> Model::linears() const {
   return out;
 }
 
+PreparedLinear* Model::find_linear(const std::string& name) {
+  const PreparedLinear* found = nullptr;
+  for_each_tensor([&](const ModelTensor& t) {
+    if (t.linear && !found && t.name == name) found = t.linear;
+  });
+  return const_cast<PreparedLinear*>(found);  // this model's own member: *this is not const
+}
+
 std::vector<NamedBuffer> Model::compute_copies() const {
   std::vector<NamedBuffer> out;
   for_each_tensor([&](const ModelTensor& t) {
@@ -167,9 +175,14 @@ void per_token(const Exec& exec, int64_t n, F&& f) {
 // One token's keys or values [kv_heads, hd] into the cache, on the FP8 E4M3
 // grid with one scale per head when the plan asks for an FP8 cache.
 // codes[kv_heads * hd] and scales[kv_heads] are the token's scratch.
-void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8, uint8_t* codes, float* scales) {
+void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8, uint8_t* codes, float* scales,
+              bool unit_scale) {
   if (!fp8) {
     std::memcpy(dst, src, kv_heads * hd * sizeof(float));
+    return;
+  }
+  if (unit_scale) {  // Exec::kv_unit_scale: a static scale of 1.0 instead of amax / 448
+    for (int64_t i = 0; i < kv_heads * hd; ++i) dst[i] = elem_decode(ElemType::E4M3, elem_encode(ElemType::E4M3, src[i]));
     return;
   }
   const Fp8Grid g = Fp8Grid::per_token(hd);  // a row per head
@@ -303,8 +316,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
       uint8_t* codes = fp8_kv ? &w.kv_codes[i * c.kv_dim()] : nullptr;
       float* scales = fp8_kv ? &w.kv_scales[i * nkv] : nullptr;
-      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales);
-      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, fp8_kv, codes, scales);
+      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
+      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
     });
     per_token(exec, n, [&](int64_t i) {
       attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),

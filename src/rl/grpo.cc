@@ -1,5 +1,7 @@
 #include "rl/grpo.h"
 
+#include "sync/faults.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,7 +54,8 @@ json RlConfig::to_json() const {
             {"probe_prompts", probe_prompts},
             {"eval_every", eval_every},
             {"eval_problems", eval_problems},
-            {"save_every", save_every}};
+            {"save_every", save_every},
+            {"inject", inject}};
   learner_config_to_json(learner, j);
   return j;
 }
@@ -95,6 +98,11 @@ RlConfig RlConfig::from_json(const json& j) {
   c.eval_every = integer("eval_every", 0);
   c.eval_problems = integer("eval_problems", 0);
   c.save_every = integer("save_every", 0);
+  // Optional (states saved before fault injection existed have none).
+  if (j.contains("inject")) {
+    if (!j["inject"].is_array()) fail("{}: \"inject\" must be an array of strings", kCtx);
+    for (const json& f : j["inject"]) c.inject.push_back(jsonr::string(f, where("inject")));
+  }
   c.learner = learner_config_from_json(j, kCtx);
   return c;
 }
@@ -115,6 +123,7 @@ void RlConfig::validate() const {
     fail("agreement_every, probe_prompts, eval_every, eval_problems and save_every must be >= 0");
   if (!(agreement_max_kl >= 0) || !(agreement_max_abs_dlogp >= 0)) fail("agreement bounds must be >= 0");
   learner.optim.validate();
+  FaultPlan::parse(inject);
 }
 
 json RlStepStats::to_json() const {
@@ -155,6 +164,7 @@ json RlStepStats::to_json() const {
 void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
                  const Exec& exec) {
   cfg_.validate();
+  faults_ = FaultPlan::parse(cfg_.inject);
   exec_ = exec;
   if (!task_) task_ = tasks::make_task(cfg_.task);
   setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
@@ -188,10 +198,13 @@ void RlRun::sync_to_sampler(const std::vector<GeneratedSample>& rollout, uint64_
   const uint64_t v = static_cast<uint64_t>(step_);
   if (!engine_) {
     const PrecisionPlan plan = sampler_plan_for(cfg_, *learner_);
+    sync::check_faults_apply(faults_, learner_->params().config(), learner_->plan(), plan, cfg_.sync);
     EngineOptions opt;
     opt.record_logits = true;  // exact KL needs the sampler's whole distributions
     engine_ = std::make_unique<Engine>(std::make_shared<const Model>(learner_->params(), plan, exec_),
-                                       std::numeric_limits<uint64_t>::max(), opt, exec_);
+                                       std::numeric_limits<uint64_t>::max(), opt, exec_, faults_);
+    sync_.sampler_plan = plan;
+    sync_.faults = faults_;
     sync_.mode = cfg_.sync;
     sync_.checks = cfg_.checks;
     sync_.agreement_every = cfg_.agreement_every;
@@ -260,17 +273,13 @@ EvalResult RlRun::evaluate_now() {
   return e;
 }
 
-RlStepStats RlRun::step_once(const RlEvents& ev) {
-  const auto t_start = Clock::now();
-  RlStepStats st;
-  st.version = engine_->version();
+std::vector<tasks::Problem> RlRun::submit_rollout(int64_t t, std::vector<std::vector<int32_t>>& prompts) {
   const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
-  // 1. Rollout.
-  auto t0 = Clock::now();
   std::vector<tasks::Problem> problems;
-  std::vector<std::vector<int32_t>> prompts;
+  const bool submit = presubmitted_ != t;
+  presubmitted_ = -1;
   for (int64_t i = 0; i < P; ++i) {
-    const uint64_t index = static_cast<uint64_t>(step_ * P + i);
+    const uint64_t index = static_cast<uint64_t>(t * P + i);
     problems.push_back(task_->generate(tasks::Split::Train, cfg_.seed, index));
     GenerationRequest req;
     req.id = static_cast<int64_t>(index);
@@ -281,9 +290,23 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
     req.stop_tokens = {setup_.eos};
     req.seed = cfg_.seed;
     prompts.push_back(req.prompt);
-    engine_->submit(req);
+    if (submit) engine_->submit(req);
   }
+  return problems;
+}
+
+RlStepStats RlRun::step_once(const RlEvents& ev) {
+  const auto t_start = Clock::now();
+  RlStepStats st;
+  st.version = engine_->version();
+  const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
+  // 1. Rollout.
+  auto t0 = Clock::now();
+  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<tasks::Problem> problems = submit_rollout(step_, prompts);
   std::vector<GeneratedSample> samples = engine_->run();
+  for (GeneratedSample& g : early_) samples.push_back(std::move(g));
+  early_.clear();
   std::sort(samples.begin(), samples.end(), [](const GeneratedSample& a, const GeneratedSample& b) {
     return a.request != b.request ? a.request < b.request : a.index < b.index;
   });
@@ -378,6 +401,15 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   const uint64_t intended = static_cast<uint64_t>(step_);  // the version these samples were meant for
   ++step_;
   st.step = step_;
+  if (faults_.active(Fault::SyncMidGeneration, static_cast<uint64_t>(step_)) && step_ < cfg_.steps) {
+    // The fault's pipelining: the next rollout starts before the sync, and the
+    // sync (not draining) swaps weights under the samples in flight.
+    std::vector<std::vector<int32_t>> next;
+    submit_rollout(step_, next);
+    presubmitted_ = step_;
+    for (int i = 0; i < 2; ++i)
+      for (GeneratedSample& g : engine_->step()) early_.push_back(std::move(g));
+  }
   sync_to_sampler(samples, intended, ev);
   st.sync = last_sync_;
   st.sync_s = since(t0);

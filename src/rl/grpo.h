@@ -19,6 +19,12 @@
 //   4. sync of version t+1 and the checks (--checks stop: a failing check
 //      ends the run with the findings as the error).
 //
+// Faults (RlConfig::inject, util/faults.h) are handed to the seams where
+// they live: the sync (learner, channel and loader faults) and the engine
+// (caches, plan, kernels). sync-mid-generation also starts the next rollout
+// before the sync (two engine steps), as an asynchronous trainer would; the
+// faulty sync then swaps weights under those samples without draining.
+//
 // Resume: a run saved after step k continues, bit for bit, to the final
 // weights of an uninterrupted run (the sampler is rebuilt at version k from
 // the saved weights through the same sync).
@@ -63,6 +69,7 @@ struct RlConfig {
   int64_t eval_every = 0;            // steps between held-out greedy evaluations (0: start and end only)
   int64_t eval_problems = 200;
   int64_t save_every = 0;
+  std::vector<std::string> inject;   // faults, NAME or NAME@STEP (util/faults.h)
   LearnerConfig learner;
 
   nlohmann::json to_json() const;
@@ -123,6 +130,8 @@ class RlRun {
   void init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
             const Exec& exec);
   void sync_to_sampler(const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const RlEvents& ev);
+  // Submits the P x G requests of step t to the sampler; returns the problems.
+  std::vector<tasks::Problem> submit_rollout(int64_t t, std::vector<std::vector<int32_t>>& prompts);
 
   RlConfig cfg_;
   std::unique_ptr<tasks::Task> task_;
@@ -133,6 +142,9 @@ class RlRun {
   sync::SyncSettings sync_;
   sync::Probe probe_;
   sync::SyncReport last_sync_;
+  FaultPlan faults_;
+  int64_t presubmitted_ = -1;               // sync-mid-generation: the step whose rollout already started
+  std::vector<GeneratedSample> early_;      // ... and its samples that finished before the sync
   Exec exec_;
 };
 

@@ -10,8 +10,10 @@ namespace mxrl {
 
 const char* finish_reason_name(FinishReason r) { return r == FinishReason::Stop ? "stop" : "length"; }
 
-Engine::Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt, const Exec& exec)
-    : model_(std::move(model)), version_(version), opt_(opt), exec_(exec), cache_(model_->config()) {
+Engine::Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt, const Exec& exec,
+               FaultPlan faults)
+    : model_(std::move(model)), version_(version), opt_(opt), exec_(exec), faults_(std::move(faults)),
+      cache_(model_->config()) {
   if (opt_.kv_budget_tokens < 1) fail("engine: kv budget must be positive");
   if (opt_.max_prefill_tokens < 1) fail("engine: max_prefill_tokens must be positive");
   plan_ = {model_, version_, epoch_};
@@ -72,14 +74,22 @@ void Engine::stage(const WeightShipment& shipment, uint64_t version) {
 }
 
 bool Engine::swap_now() {
-  if (!staged_ || !running_.empty()) return false;
-  drop_prefixes();
-  cache_ = KvCache(staged_->config());  // nothing derived from the old weights survives
+  if (!staged_) return false;
+  const uint64_t v = staged_version_;
+  const FaultPlan& f = faults_;
+  const bool no_drain = f.active(Fault::SyncMidGeneration, v);  // fault: swap under samples in flight
+  const bool keep_prefixes = f.active(Fault::StalePrefixCache, v);  // fault: the prefix cache is not flushed
+  if (!running_.empty() && !no_drain) return false;
+  if (!keep_prefixes) drop_prefixes();
+  if (running_.empty() && prefix_.empty())
+    cache_ = KvCache(staged_->config());  // nothing derived from the old weights survives
   ++epoch_;
   model_ = std::move(staged_);
   staged_ = nullptr;
-  plan_ = {model_, staged_version_, epoch_};
-  version_ = staged_version_;  // reported only once everything is rebuilt
+  if (!f.active(Fault::StalePlan, v)) plan_ = {model_, v, epoch_};  // fault: the old plan (and weights) stay bound
+  if (f.active(Fault::ForeignKernel, v)) exec_.gemm_split_k = 4;
+  if (f.active(Fault::KvScaleOne, v)) exec_.kv_unit_scale = true;
+  version_ = v;  // reported only once everything is rebuilt
   return true;
 }
 
@@ -120,6 +130,7 @@ Engine::PrefixEntry& Engine::new_prefix(const std::vector<int32_t>& prompt) {
 }
 
 void Engine::release_unused_prefixes() {
+  if (faults_.injected(Fault::StalePrefixCache)) return;  // fault: entries are kept for reuse, across versions
   for (auto it = prefix_.begin(); it != prefix_.end();) {
     if (waiting_prompts_.count(it->first)) {
       ++it;
@@ -216,7 +227,7 @@ std::vector<Engine::Row> Engine::compute_rows(const std::vector<PrefixEntry*>& f
 
 Engine::Row Engine::attach(Seq& s) {
   const PrefixEntry& e = *s.prefix;
-  if (e.version != plan_.version || e.epoch != plan_.epoch)
+  if ((e.version != plan_.version || e.epoch != plan_.epoch) && !faults_.injected(Fault::StalePrefixCache))
     fail("engine: internal: prefix entry of version {} (epoch {}) used under version {} (epoch {})", e.version,
          e.epoch, plan_.version, plan_.epoch);
   cache_.copy_prefix(e.slot, s.slot, e.len);
@@ -259,7 +270,8 @@ std::vector<GeneratedSample> Engine::retire(const std::vector<bool>& finished) {
     Seq& s = *running_[i];
     s.out.version = plan_.version;
     for (uint64_t v : s.out.token_versions)
-      if (v != s.out.version)
+      if (v != s.out.version && !faults_.injected(Fault::SyncMidGeneration) &&
+          !faults_.injected(Fault::StalePrefixCache))
         fail("engine: internal: sample {} of request {} mixes versions {} and {}", s.out.index, s.out.request, v,
              s.out.version);
     cache_.release(s.slot);

@@ -49,6 +49,7 @@
 #include "model/forward.h"
 #include "model/score.h"
 #include "sampler/sampling.h"
+#include "util/faults.h"
 
 namespace mxrl {
 
@@ -107,7 +108,14 @@ struct DerivedObject {
 
 class Engine {
  public:
-  Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt = {}, const Exec& exec = {});
+  // `faults`: injected engine faults (util/faults.h), each active from the
+  // swap to its version on: stale-plan (the decode plan is not rebound),
+  // stale-prefix-cache (prefix entries are kept for reuse and survive swaps),
+  // sync-mid-generation (a swap does not wait for samples in flight),
+  // foreign-kernel (the GEMM sums K in 4 partial chains), kv-scale-one (an FP8
+  // KV cache written with scale 1.0).
+  Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt = {}, const Exec& exec = {},
+         FaultPlan faults = {});
 
   // Validates and queues a request; returns its id (req.id, or the
   // submission index 0, 1, 2, ... when req.id is -1).
@@ -137,6 +145,7 @@ class Engine {
   // version change, every KV and prefix entry is dropped, the epoch bumps and
   // the plan is rebound. Returns whether it swapped.
   bool swap_now();
+
 
   uint64_t version() const { return version_; }  // the live version (changes only at a swap)
   uint64_t cache_epoch() const { return epoch_; }
@@ -195,6 +204,7 @@ class Engine {
   DecodePlan plan_;
   EngineOptions opt_;
   Exec exec_;
+  FaultPlan faults_;
   KvCache cache_;
   std::vector<GenerationRequest> requests_;  // by submission index
   std::deque<Seq> waiting_;

@@ -106,6 +106,15 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
   }
   for (const auto& [name, parts] : got_parts)
     if (!exp_parts.count(name)) coverage.push_back(fmt::format("extra {}: not expected under the sampler's plan", name));
+  // Tensors of which some part was written by this sync (it holds this
+  // version's bytes, which differ from the previous version's).
+  std::set<std::string> written;
+  for (const auto& [key, e] : exp) {
+    auto it = got.find(key);
+    auto p = prev.find(key);
+    if (it != got.end() && p != prev.end() && it->second->xxh3 == e->xxh3 && p->second->xxh3 != e->xxh3)
+      written.insert(key.first);
+  }
   for (const auto& [key, e] : exp) {
     auto it = got.find(key);
     if (it == got.end() || got_parts.at(key.first) != exp_parts.at(key.first)) continue;
@@ -121,7 +130,9 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
     else if (g.xxh3 != e->xxh3) {
       auto o = owner.find(g.xxh3);
       auto p = prev.find(key);
-      if (p != prev.end() && p->second->xxh3 == g.xxh3)
+      if (p != prev.end() && p->second->xxh3 == g.xxh3 && written.count(key.first))
+        bucket.push_back(fmt::format("{}: still holds the previous version's bytes beside this version's other parts", at));
+      else if (p != prev.end() && p->second->xxh3 == g.xxh3)
         coverage.push_back(fmt::format("{}: still holds the previous version's bytes (not written by this sync)", at));
       else if (o != owner.end())
         placement.push_back(fmt::format("{}: holds the bytes of {}", at, o->second));

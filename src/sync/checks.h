@@ -66,7 +66,8 @@ struct Expectation {
 // Checks 1-4 from one comparison of the expected manifest with the live one.
 // With the previous version's manifest, a tensor still holding its previous
 // bytes (that should have changed) is a coverage finding: the sync did not
-// write it.
+// write it. A part still holding its previous bytes beside parts this sync
+// wrote (new codes, old scales) is a grid (or exceptions) finding.
 std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expected,
                                          const std::vector<TensorDigest>& live,
                                          const std::vector<TensorDigest>& previous = {});

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "sync/faults.h"
 #include "util/error.h"
 
 namespace mxrl::sync {
@@ -56,15 +57,62 @@ bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, cons
   return same;
 }
 
-void apply_bundle(Engine& engine, const Bundle& b, const Exec& exec) {
-  if (!engine.idle()) fail("sync: the sampler has samples in flight; drain before applying version {}", b.version);
-  const ModelConfig& cfg = engine.model().config();
-  if (b.config != cfg.to_json()) fail("sync: version {} is for another model config", b.version);
-  if (b.mode == SyncMode::Ship)
-    engine.stage(bundle_to_shipment(b, cfg), b.version);
-  else
-    engine.stage(bundle_to_params(b, cfg), engine.model().plan(), b.version);
-  if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", b.version);
+void apply_bundle(Engine& engine, const Bundle& b, const FaultPlan& faults, const Exec& exec) {
+  const uint64_t v = b.version;
+  // The drain: a sampler with samples in flight must finish them first (the
+  // sync-mid-generation fault swaps anyway).
+  if (!engine.idle() && !faults.active(Fault::SyncMidGeneration, v))
+    fail("sync: the sampler has samples in flight; drain before applying version {}", v);
+  const Model& live = engine.model();
+  const ModelConfig& cfg = live.config();
+  if (b.config != cfg.to_json()) fail("sync: version {} is for another model config", v);
+  PrecisionPlan plan = live.plan();
+  auto loader_fault = [&] {
+    for (const Injection& in : faults.injections()) {
+      const FaultSeam seam = fault_info(in.fault).seam;
+      if (v >= in.from_version && (seam == FaultSeam::Loader || seam == FaultSeam::Channel)) return true;
+      if (v >= in.from_version && (in.fault == Fault::StalePacked || in.fault == Fault::KvFp8)) return true;
+    }
+    return false;
+  };
+  if (!loader_fault()) {  // the loader as it should be: build the whole version, then swap
+    if (b.mode == SyncMode::Ship)
+      engine.stage(bundle_to_shipment(b, cfg), v);
+    else
+      engine.stage(bundle_to_params(b, cfg), plan, v);
+    if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", v);
+    return;
+  }
+  WeightShipment s = b.mode == SyncMode::Ship
+                         ? bundle_to_shipment(b, cfg)
+                         : requantize_shipment(bundle_to_params(b, cfg), plan, faults.active(Fault::RequantFloor, v), exec);
+  inject_loader_faults(s, plan, live, v, faults, exec);
+  if (faults.active(Fault::PartialSync, v)) {
+    // The loader writes in place, tensor by tensor in bundle order; the
+    // transfer breaks after half of them. The engine keeps reporting the old
+    // version, now serving half-new weights.
+    WeightShipment half = live.ship();
+    std::vector<std::string> names;
+    for (const TensorDigest& d : b.manifest)
+      if (names.empty() || names.back() != d.name) names.push_back(d.name);
+    const size_t n = names.size() / 2;
+    for (size_t i = 0; i < n; ++i) {
+      const bool head = names[i] == kTiedLmHeadName;
+      const std::string name = head ? std::string("model.embed_tokens.weight") : names[i];
+      if (s.copies.count(name) && !head) half.copies[name] = s.copies.at(name);
+      // A linear, the tied head, or (requantize) the embedding the tied head is made from.
+      if (s.linears.count(name) && (head || !s.copies.count(name) || b.mode == SyncMode::Requantize))
+        half.linears[name] = s.linears.at(name).payload();
+    }
+    auto m = std::make_shared<const Model>(Model::from_shipment(cfg, plan, half, exec));
+    engine.stage(std::move(m), engine.version());
+    engine.swap_now();
+    fail("sync: version {}: the transfer broke after {} of {} tensors", v, n, names.size());
+  }
+  Model next = Model::from_shipment(cfg, plan, s, exec);
+  inject_model_faults(next, live, v, faults, exec);
+  engine.stage(std::make_shared<const Model>(std::move(next)), v);
+  if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", v);
 }
 
 SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine& engine, uint64_t version,
@@ -77,9 +125,11 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   e.previous_manifest = model_digests(engine.model());
   // The learner's side: the bundle, and what it expects the sampler to hold.
   auto t0 = Clock::now();
-  const PrecisionPlan plan = engine.model().plan();  // a copy: the swap frees the old model
-  const Bundle bundle = s.mode == SyncMode::Ship ? make_ship_bundle(learner, masters, plan, version, exec)
-                                                 : make_requantize_bundle(masters, learner.plan(), version);
+  // What the sampler is meant to run (a copy: the swap frees the old model).
+  const PrecisionPlan plan = s.sampler_plan ? *s.sampler_plan : engine.model().plan();
+  Bundle bundle = s.mode == SyncMode::Ship ? make_ship_bundle(learner, masters, plan, version, exec)
+                                           : make_requantize_bundle(masters, learner.plan(), version);
+  inject_learner_faults(bundle, learner, masters, s.faults, exec);
   std::vector<std::byte> bytes = serialize(bundle);
   r.bytes = static_cast<int64_t>(bytes.size());
   r.build_seconds = since(t0);
@@ -87,7 +137,7 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   t0 = Clock::now();
   try {
     if (channel) bytes = channel(std::move(bytes));
-    apply_bundle(engine, parse_bundle(bytes, fmt::format("bundle v{}", version)), exec);
+    apply_bundle(engine, parse_bundle(bytes, fmt::format("bundle v{}", version)), s.faults, exec);
     r.applied = true;
   } catch (const Error& err) {
     r.error = err.what();

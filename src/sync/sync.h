@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct SyncSettings {
   CheckMode checks = CheckMode::Stop;
   int64_t agreement_every = 1;   // run the agreement check on every Nth version (0: never)
   AgreementBound bound;          // bound.bitwise: the sampler runs the learner's plan
+  // The plan the sampler is meant to run: the expectation the checks compare
+  // against (unset: the engine's plan at the time of the sync).
+  std::optional<PrecisionPlan> sampler_plan;
+  FaultPlan faults;              // injected at the learner's, the channel's and the loader's seams
 };
 
 // Moves bundle bytes from the learner to the sampler. The in-process channel
@@ -54,8 +59,9 @@ bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, cons
 
 // The sampler's loader: decodes the bundle for the engine's plan and stages
 // it, then swaps it in (the engine must be idle). Throws, leaving the engine
-// as it was, when the bundle does not fit.
-void apply_bundle(Engine& engine, const Bundle& bundle, const Exec& exec = {});
+// as it was, when the bundle does not fit. Loader faults (sync/faults.h) are
+// injected here.
+void apply_bundle(Engine& engine, const Bundle& bundle, const FaultPlan& faults = {}, const Exec& exec = {});
 
 // One sync of version `version` from the learner (its forward model and FP32
 // masters) to `engine`, then the checks. `rollout` holds the samples of the

@@ -1,0 +1,126 @@
+// mxrl faults: the sync fault matrix (rl/fault_matrix.h). Without warm starts
+// given, it initialises the tiny dense and MoE presets and SFT-trains each
+// (the MoE one under an MXFP8 plan with an FP32 router, so that router-bf16
+// applies), then runs every fault twice (checks on, checks off) and writes
+// faults.md and faults.json.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "rl/fault_matrix.h"
+#include "rl/sft.h"
+#include "util/faults.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+namespace fs = std::filesystem;
+
+struct FaultsArgs {
+  std::string out;
+  rl::FaultMatrixConfig cfg;
+  int64_t sft_steps = 300;
+  bool list = false;
+  int threads = 0;
+};
+
+void print_list() {
+  fmt::print("{:<20} {:<3} {:<11} {:<8} {}\n", "fault", "", "condition", "seam", "what goes wrong");
+  for (const FaultInfo& f : fault_table())
+    fmt::print("{:<20} {:<3} {:<11} {:<8} {}{}\n", f.name, f.condition, condition_name(f.condition), seam_name(f.seam),
+               f.what,
+               f.needs_moe ? " [MoE]" : f.needs_tied_head ? " [tied head]" : f.needs_requantize ? " [--sync requantize]" : "");
+}
+
+// init + SFT warm start of a preset, under out/warm/<name>; returns the final checkpoint.
+std::string warm_start(const FaultsArgs& a, const std::string& preset, const std::string& recipe, ThreadPool& pool) {
+  const fs::path dir = fs::path(a.out) / "warm" / preset;
+  const std::string init = (dir / "init").string(), sft = (dir / "sft").string();
+  write_preset_checkpoint(init, preset, 0);
+  rl::SftConfig c;
+  c.task = a.cfg.task;
+  c.steps = a.sft_steps;
+  c.eval_every = 0;
+  c.eval_problems = 200;
+  c.learner.recipe.plan = recipe;
+  c.learner.optim.lr = 2e-3;
+  c.learner.optim.warmup_steps = 30;
+  c.learner.optim.weight_decay = 0;
+  c.learner.optim.schedule = LrSchedule::Cosine;
+  c.learner.optim.total_steps = a.sft_steps;
+  rl::SftRun run = rl::SftRun::start(init, c, Exec{&pool});
+  Progress bar(std::chrono::milliseconds(200));
+  rl::SftEvents ev;
+  ev.on_step = [&](int64_t step, const StepResult& r) {
+    bar.show(fmt::format("{} SFT {} {}/{} loss {:.4f}", preset, Progress::bar(step, a.sft_steps, 20), step,
+                         a.sft_steps, r.loss));
+    if (!bar.on() && step % 100 == 0) fmt::print(stderr, "faults: {} SFT step {}/{} loss {:.4f}\n", preset, step, a.sft_steps, r.loss);
+  };
+  const rl::EvalResult e = run.run(sft, ev);
+  bar.clear();
+  fmt::print(stderr, "faults: {} warm start: {} SFT steps, held-out greedy accuracy {:.3f}\n", preset, a.sft_steps,
+             e.accuracy);
+  return (fs::path(sft) / "final").string();
+}
+
+void run_faults(FaultsArgs& a) {
+  if (a.list) {
+    print_list();
+    return;
+  }
+  if (a.out.empty()) throw CLI::ValidationError("--out", "required (or --list)");
+  ThreadPool pool(a.threads);
+  fs::create_directories(a.out);
+  const std::string r32 = (fs::path(a.out) / "mxfp8-router-fp32.toml").string();
+  std::ofstream(r32) << "name = \"mxfp8-router-fp32\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\n";
+  std::ofstream((fs::path(a.out) / "mxfp8-router-fp32-fp8kv.toml").string())
+      << "name = \"mxfp8-router-fp32+fp8kv\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\nkv_cache = \"fp8\"\n";
+  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = r32;
+  if (a.cfg.dense_model.empty()) a.cfg.dense_model = warm_start(a, "tiny-dense", a.cfg.dense_recipe, pool);
+  if (a.cfg.moe_model.empty()) a.cfg.moe_model = warm_start(a, "tiny-moe", a.cfg.moe_recipe, pool);
+  int64_t n = 0;
+  const rl::FaultMatrix m = rl::run_fault_matrix(
+      a.cfg, [&](const std::string& line) { fmt::print(stderr, "faults: [{}] {}\n", ++n, line); }, Exec{&pool});
+  rl::write_fault_matrix(m, a.out);
+  fmt::print("{}", m.to_markdown());
+  fmt::print(stderr, "wrote {}/faults.md and {}/faults.json\n", a.out, a.out);
+}
+}  // namespace
+
+void add_faults_command(CLI::App& app) {
+  auto a = std::make_shared<FaultsArgs>();
+  a->cfg.moe_recipe = "mxfp8-router-fp32";
+  auto* c = app.add_subcommand("faults", "The sync fault matrix: every fault on short GRPO runs, checks on and off");
+  c->add_option("--out", a->out, "Output directory: faults.md, faults.json (and warm/ when it trains warm starts)");
+  c->add_flag("--list", a->list, "List the faults (name, condition, seam, what goes wrong) and exit");
+  c->add_option("--dense-model", a->cfg.dense_model, "Dense warm start (default: init tiny-dense + SFT)");
+  c->add_option("--moe-model", a->cfg.moe_model, "MoE warm start (default: init tiny-moe + SFT)");
+  c->add_option("--dense-recipe", a->cfg.dense_recipe, "Dense recipe (the sampler runs the same plan)")
+      ->capture_default_str();
+  c->add_option("--moe-recipe", a->cfg.moe_recipe,
+                "MoE recipe (mxfp8-router-fp32: MXFP8 with an FP32 router, written to OUT)")
+      ->capture_default_str();
+  c->add_option("--sft-steps", a->sft_steps, "SFT steps of each warm start")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--task", a->cfg.task, "Task")->capture_default_str();
+  c->add_option("--steps", a->cfg.steps, "RL steps per run")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--inject-step", a->cfg.inject_step, "Step whose sync first carries the fault")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--prompts-per-step", a->cfg.prompts_per_step, "Prompts per step")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--samples-per-prompt", a->cfg.samples_per_prompt, "Samples per prompt")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--lr", a->cfg.lr, "RL learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--seed", a->cfg.seed, "Problem and sampling seed")->capture_default_str();
+  c->add_option("--visible-drop", a->cfg.visible_drop, "Reward drop that counts as visible without checks")
+      ->capture_default_str();
+  c->add_option("--only", a->cfg.only, "Run only these faults")->delimiter(',');
+  add_threads_option(c, &a->threads);
+  c->callback([a] { run_faults(*a); });
+}
+
+}  // namespace mxrl::cli

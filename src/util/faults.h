@@ -1,0 +1,84 @@
+// The fault plan: weight-sync failures injected where the real bug would live
+// (BRIEF §6). One plan is handed to every seam that can fail — the learner's
+// bundle builder, the transport channel, the sampler's loader, the engine's
+// caches and kernels — and each seam asks it whether a fault is active for the
+// version it is handling. A fault never edits a check's inputs or the manifest
+// the checks compare against: it makes the sampler hold or compute what the
+// real bug would make it hold or compute.
+//
+// A fault is named on the command line as NAME or NAME@STEP: active for every
+// sync of version >= STEP (default 1: the first sync after the start), i.e.
+// it appears at the sync that ends RL step STEP.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mxrl {
+
+enum class Fault {
+  // 1 coverage
+  DropTensor, DropExperts, StaleTiedHead,
+  // 2 placement
+  SwapGateUp, ExpertOffset, Transposed,
+  // 3 grid identity
+  RequantFloor, ColBlocks, QuantFromMaster, StaleScales,
+  // 4 high-precision exceptions
+  RouterBf16, LmHeadFp8,
+  // 5 freshness
+  StalePacked, StalePrefixCache, StalePlan,
+  // 6 atomicity
+  SyncMidGeneration, PartialSync,
+  // 7 agreement
+  ForeignKernel, KvFp8, KvScaleOne,
+};
+
+// Where a fault lives, and what it needs to apply at all.
+enum class FaultSeam { Learner, Channel, Loader, Engine };
+
+struct FaultInfo {
+  Fault fault;
+  const char* name;       // "drop-tensor"
+  int condition;          // BRIEF §6 condition it breaks, 1..7
+  FaultSeam seam;
+  bool needs_moe;         // routed experts / a router
+  bool needs_tied_head;   // tie_word_embeddings
+  bool needs_requantize;  // only the requantize sync path has the bug
+  bool needs_fp8_kv;      // a sampler plan with an FP8 KV cache
+  const char* what;       // one line: what goes wrong
+};
+
+// Every fault, in condition order.
+const std::vector<FaultInfo>& fault_table();
+const FaultInfo& fault_info(Fault f);
+const char* fault_name(Fault f);
+const char* condition_name(int condition);  // "coverage" ... "agreement"
+const char* seam_name(FaultSeam s);         // "learner", "channel", "loader", "engine"
+
+struct Injection {
+  Fault fault;
+  uint64_t from_version = 1;
+};
+
+class FaultPlan {
+ public:
+  FaultPlan() = default;
+  // From NAME or NAME@STEP specs; throws mxrl::Error naming the spec and the
+  // known faults on an unknown name, a bad step, or a fault named twice.
+  static FaultPlan parse(const std::vector<std::string>& specs);
+  void add(Fault f, uint64_t from_version);
+
+  bool empty() const { return injections_.empty(); }
+  // Whether `f` is injected into the sync of `version`.
+  bool active(Fault f, uint64_t version) const;
+  // Whether `f` is injected at all (from some version on).
+  bool injected(Fault f) const;
+  const std::vector<Injection>& injections() const { return injections_; }
+  std::vector<std::string> specs() const;  // "name@step", in order of addition
+
+ private:
+  std::vector<Injection> injections_;
+};
+
+}  // namespace mxrl
