@@ -5,6 +5,7 @@
 // faults.md and faults.json.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -24,6 +25,7 @@ struct FaultsArgs {
   std::string out;
   rl::FaultMatrixConfig cfg;
   int64_t sft_steps = 300;
+  std::vector<std::string> presets = {"dense", "moe"};
   bool list = false;
   int threads = 0;
 };
@@ -80,8 +82,11 @@ void run_faults(FaultsArgs& a) {
   std::ofstream((fs::path(a.out) / "mxfp8-router-fp32-fp8kv.toml").string())
       << "name = \"mxfp8-router-fp32+fp8kv\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\nkv_cache = \"fp8\"\n";
   if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = r32;
-  if (a.cfg.dense_model.empty()) a.cfg.dense_model = warm_start(a, "tiny-dense", a.cfg.dense_recipe, pool);
-  if (a.cfg.moe_model.empty()) a.cfg.moe_model = warm_start(a, "tiny-moe", a.cfg.moe_recipe, pool);
+  auto wanted = [&](const char* p) { return std::find(a.presets.begin(), a.presets.end(), p) != a.presets.end(); };
+  if (!wanted("dense")) a.cfg.dense_model.clear();
+  else if (a.cfg.dense_model.empty()) a.cfg.dense_model = warm_start(a, "tiny-dense", a.cfg.dense_recipe, pool);
+  if (!wanted("moe")) a.cfg.moe_model.clear();
+  else if (a.cfg.moe_model.empty()) a.cfg.moe_model = warm_start(a, "tiny-moe", a.cfg.moe_recipe, pool);
   int64_t n = 0;
   const rl::FaultMatrix m = rl::run_fault_matrix(
       a.cfg, [&](const std::string& line) { fmt::print(stderr, "faults: [{}] {}\n", ++n, line); }, Exec{&pool});
@@ -104,6 +109,8 @@ void add_faults_command(CLI::App& app) {
   c->add_option("--moe-recipe", a->cfg.moe_recipe,
                 "MoE recipe (mxfp8-router-fp32: MXFP8 with an FP32 router, written to OUT)")
       ->capture_default_str();
+  c->add_option("--presets", a->presets, "Which presets to run")->delimiter(',')
+      ->check(CLI::IsMember({"dense", "moe"}))->capture_default_str();
   c->add_option("--sft-steps", a->sft_steps, "SFT steps of each warm start")->check(CLI::PositiveNumber)
       ->capture_default_str();
   c->add_option("--task", a->cfg.task, "Task")->capture_default_str();

@@ -86,5 +86,46 @@ TEST_F(RlCmd, ImpossibleCombinationsAndChangedSettingsOnResumeAreRefused) {
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
+TEST_F(RlCmd, AnInjectedFaultIsCaughtAndBadInjectionsAreOneLineErrors) {
+  const std::string base = "rl --model " + model() + " --out " + path("out") + " --steps 2" + kSmall;
+  auto r = run_mxrl(dir_, base + " --inject stale-plan@1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("freshness: plan decode plan: built under version 0, live version 1"), std::string::npos) << r.err;
+  struct Case {
+    std::string inject, expect;
+  } cases[] = {{"bogus", "unknown fault 'bogus'"},
+               {"drop-tensor@0", "the step after '@' must be an integer >= 1"},
+               {"drop-experts", "needs a MoE model"},
+               {"requant-floor", "use --sync requantize"}};
+  for (const Case& c : cases) {
+    r = run_mxrl(dir_, base + " --inject " + c.inject);
+    EXPECT_EQ(r.rc, 1) << c.inject;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.inject << " -> " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+TEST_F(RlCmd, FaultsListsEveryFaultAndWritesTheMatrix) {
+  auto r = run_mxrl(dir_, "faults --list");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* f : {"drop-tensor", "expert-offset", "requant-floor", "router-bf16", "stale-plan", "partial-sync",
+                        "foreign-kernel", "kv-scale-one"})
+    EXPECT_NE(r.out.find(f), std::string::npos) << f;
+  r = run_mxrl(dir_, "faults --out " + path("fm") + " --presets dense --dense-model " + model() +
+                         " --only stale-plan,drop-experts --steps 3 --inject-step 2 --prompts-per-step 2"
+                         " --samples-per-prompt 2 --task addition:digits=1 --threads 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json m = nlohmann::json::parse(testing_cli::slurp(path("fm/faults.json")));
+  ASSERT_EQ(m["rows"].size(), 2u);
+  const nlohmann::json& plan = m["rows"][0];
+  EXPECT_EQ(plan["fault"], "drop-experts");
+  EXPECT_FALSE(plan["applicable"].get<bool>());  // a dense model has no experts
+  const nlohmann::json& stale = m["rows"][1];
+  EXPECT_EQ(stale["fault"], "stale-plan");
+  EXPECT_EQ(stale["fired"]["freshness"], 0);  // at the first sync after the injection
+  EXPECT_TRUE(stale["first_opportunity"].get<bool>());
+  EXPECT_NE(testing_cli::slurp(path("fm/faults.md")).find("| dense | stale-plan | 5 freshness |"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mxrl
