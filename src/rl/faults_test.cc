@@ -13,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/init.h"
 #include "model/test_models.h"
+#include "rl/test_models_dir.h"
 #include "rl/fault_matrix.h"
 #include "rl/grpo.h"
 #include "sync/faults.h"
@@ -22,20 +23,12 @@ namespace mxrl::rl {
 namespace {
 namespace fs = std::filesystem;
 
-tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(tasks::kTaskCharset, {"<|endoftext|>"}); }
+using testing::char_tokenizer;
 
 std::string make_model_dir(const std::string& name, bool moe) {
-  const std::string dir = (fs::temp_directory_path() / ("mxrl_faults_test_" + name)).string();
-  fs::remove_all(dir);
-  const auto tk = char_tokenizer();
   ModelConfig c = small_test_config(moe);
   if (!moe) c.num_attention_heads = 2, c.num_key_value_heads = 1;  // a square o_proj (transposed)
-  c.eos_token_ids = {*tk.token_id("<|endoftext|>")};
-  c.validate("test");
-  ParamTable p(c);
-  init_params(p, 1);
-  save_checkpoint(dir, c, p, st::DType::F32, {}, tk.to_json());
-  return dir;
+  return testing::make_model_dir("faults_test_" + name, c);
 }
 
 // Half the completions of a random model are right (an even first byte):

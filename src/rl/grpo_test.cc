@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/init.h"
 #include "model/test_models.h"
+#include "rl/test_models_dir.h"
 #include "rl/grpo.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -18,19 +19,10 @@ namespace mxrl::rl {
 namespace {
 namespace fs = std::filesystem;
 
-tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(tasks::kTaskCharset, {"<|endoftext|>"}); }
+using testing::char_tokenizer;
 
 std::string make_model_dir(const std::string& name, bool moe = false) {
-  const std::string dir = (fs::temp_directory_path() / ("mxrl_grpo_test_" + name)).string();
-  fs::remove_all(dir);
-  const auto tk = char_tokenizer();
-  ModelConfig c = small_test_config(moe);
-  c.eos_token_ids = {*tk.token_id("<|endoftext|>")};
-  c.validate("test");
-  ParamTable p(c);
-  init_params(p, 1);
-  save_checkpoint(dir, c, p, st::DType::F32, {}, tk.to_json());
-  return dir;
+  return testing::make_model_dir("grpo_test_" + name, small_test_config(moe));
 }
 
 // A toy task a random model solves ~10% of the time: answer with a digit.

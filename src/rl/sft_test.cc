@@ -9,6 +9,7 @@
 #include "model/checkpoint.h"
 #include "model/init.h"
 #include "model/test_models.h"
+#include "rl/test_models_dir.h"
 #include "rl/sft.h"
 #include "util/error.h"
 
@@ -16,21 +17,13 @@ namespace mxrl::rl {
 namespace {
 namespace fs = std::filesystem;
 
-tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(tasks::kTaskCharset, {"<|endoftext|>"}); }
+using testing::char_tokenizer;
 
 // A small model with the character tokenizer, saved as a checkpoint directory.
 std::string make_model_dir(const std::string& name, int layers = 2) {
-  const std::string dir = (fs::temp_directory_path() / ("mxrl_sft_test_" + name)).string();
-  fs::remove_all(dir);
-  const auto tk = char_tokenizer();
   ModelConfig c = small_test_config(false);
   c.num_hidden_layers = layers;
-  c.eos_token_ids = {*tk.token_id("<|endoftext|>")};
-  c.validate("test");
-  ParamTable p(c);
-  init_params(p, 1);
-  save_checkpoint(dir, c, p, st::DType::F32, {}, tk.to_json());
-  return dir;
+  return testing::make_model_dir("sft_test_" + name, c);
 }
 
 std::string slurp(const std::string& path) {
