@@ -66,7 +66,7 @@ const std::map<std::string, Case>& expected() {
       {"stale-tied-head", {"coverage", "lm_head.weight"}},
       {"swap-gate-up", {"placement", "holds the bytes of model.layers.0.mlp."}},
       {"expert-offset", {"placement", "model.layers.0.mlp.experts."}},
-      {"transposed", {"grid", "model.layers.0.self_attn.o_proj.weight"}},
+      {"transposed", {"placement", "model.layers.0.self_attn.o_proj.weight [codes]: holds the learner's weight transposed"}},
       {"requant-floor", {"grid", "model.layers."}},
       {"col-blocks", {"grid", "model.layers.0.self_attn.q_proj.weight"}},
       {"quant-from-master", {"grid", "model.layers."}},

@@ -73,7 +73,8 @@ CheckResult result(const std::string& name, std::vector<std::string> findings, C
 
 std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expected,
                                          const std::vector<TensorDigest>& live,
-                                         const std::vector<TensorDigest>& previous) {
+                                         const std::vector<TensorDigest>& previous,
+                                         const std::function<bool(const std::string& name)>& transposed) {
   const auto t0 = Clock::now();
   std::vector<std::string> coverage, placement, grid, exceptions, ignored;
   const auto exp = index(expected, coverage, "expected");
@@ -136,6 +137,8 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
         coverage.push_back(fmt::format("{}: still holds the previous version's bytes (not written by this sync)", at));
       else if (o != owner.end())
         placement.push_back(fmt::format("{}: holds the bytes of {}", at, o->second));
+      else if (transposed && transposed(key.first))
+        placement.push_back(fmt::format("{}: holds the learner's weight transposed", at));
       else
         bucket.push_back(fmt::format("{}: bytes differ from the learner's (xxh3 {:016x}, expected {:016x})", at,
                                      g.xxh3, e->xxh3));
@@ -149,6 +152,18 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
   const double each = since(t0) / 4;  // one comparison serves the four
   for (CheckResult& r : out) r.seconds = each;
   return out;
+}
+
+bool holds_transpose(const PreparedLinear& live, const PreparedLinear& expected) {
+  if (live.n != live.k || expected.n != live.n || expected.k != live.k) return false;
+  const WeightView a = live.view(), e = expected.view();
+  double norm = 0, d_same = 0, d_transposed = 0;
+  for (int64_t n = 0; n < live.n; ++n)
+    for (int64_t k = 0; k < live.k; ++k) {
+      const double x = weight_value(a, n, k), same = weight_value(e, n, k), t = weight_value(e, k, n);
+      norm += same * same, d_same += (x - same) * (x - same), d_transposed += (x - t) * (x - t);
+    }
+  return norm > 0 && d_transposed <= 0.01 * norm && d_same >= 0.25 * norm;
 }
 
 CheckResult check_freshness(const Engine& engine, const Exec& exec) {

@@ -30,6 +30,7 @@
 // precision of a tensor the learner keeps in high precision.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,9 +69,17 @@ struct Expectation {
 // bytes (that should have changed) is a coverage finding: the sync did not
 // write it. A part still holding its previous bytes beside parts this sync
 // wrote (new codes, old scales) is a grid (or exceptions) finding.
+// `transposed(name)`, when given, is asked about a linear whose bytes match
+// nothing expected: true files it under placement as held transposed.
 std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expected,
                                          const std::vector<TensorDigest>& live,
-                                         const std::vector<TensorDigest>& previous = {});
+                                         const std::vector<TensorDigest>& previous = {},
+                                         const std::function<bool(const std::string& name)>& transposed = {});
+
+// Whether `live` holds the transpose of `expected` (a square linear): its
+// values are within 10% (relative L2) of expected^T and over 50% away from
+// expected. Works across precisions, so a re-quantized transpose counts.
+bool holds_transpose(const PreparedLinear& live, const PreparedLinear& expected);
 
 // 5: derived objects and packed copies of the engine against its live version.
 CheckResult check_freshness(const Engine& engine, const Exec& exec = {});

@@ -183,5 +183,24 @@ TEST(Checks, FreshnessPassesAfterASwapAndSeesEveryDerivedObject) {
   for (const DerivedObject& d : f.engine.derived_objects()) EXPECT_EQ(d.version, 3u) << d.kind << " " << d.name;
 }
 
+// The placement diagnosis of a square linear held transposed, across
+// precisions (a re-quantized transpose still counts; the weight itself and
+// another weight do not).
+TEST(Checks, HoldsTransposeRecognisesATransposedSquareLinear) {
+  const ParamTable p = params(false);
+  const int64_t n = 64;
+  std::vector<float> w(n * n), t(n * n), other(n * n);
+  for (int64_t i = 0; i < n * n; ++i) w[i] = p.storage()[i], other[i] = p.storage()[n * n + i];
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c) t[c * n + r] = w[r * n + c];
+  const LinearPrecision mx{Precision::MXFP8, ElemType::E4M3, ScaleRule::RCeil}, bf16{Precision::BF16};
+  const PreparedLinear want = PreparedLinear::prepare("w", w.data(), n, n, mx, {});
+  EXPECT_TRUE(holds_transpose(PreparedLinear::prepare("w", t.data(), n, n, mx, {}), want));
+  EXPECT_TRUE(holds_transpose(PreparedLinear::prepare("w", t.data(), n, n, bf16, {}), want));
+  EXPECT_FALSE(holds_transpose(PreparedLinear::prepare("w", w.data(), n, n, bf16, {}), want));
+  EXPECT_FALSE(holds_transpose(PreparedLinear::prepare("w", other.data(), n, n, mx, {}), want));
+  EXPECT_FALSE(holds_transpose(PreparedLinear::prepare("w", t.data(), n / 2, n * 2, mx, {}), want));  // not square
+}
+
 }  // namespace
 }  // namespace mxrl::sync

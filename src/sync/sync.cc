@@ -148,7 +148,16 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   t0 = Clock::now();
   e.manifest = expected_manifest(learner, masters, plan, exec);
   const std::vector<TensorDigest> live = model_digests(engine.model());
-  if (!e.sync_failed) r.checks = check_manifests(e.manifest, live, e.previous_manifest);
+  // A linear whose bytes match nothing: is it the learner's weight transposed?
+  auto transposed = [&](const std::string& name) {
+    const PreparedLinear *have = nullptr, *want = nullptr;
+    for (const PreparedLinear* L : engine.model().linears())
+      if (L->name == name) have = L;
+    for (const PreparedLinear* L : learner.linears())
+      if (L->name == name) want = L;
+    return have && want && holds_transpose(*have, *want);
+  };
+  if (!e.sync_failed) r.checks = check_manifests(e.manifest, live, e.previous_manifest, transposed);
   r.checks.push_back(check_freshness(engine, exec));
   r.checks.push_back(check_atomicity(engine, e, rollout, rollout_version, live));
   if (!e.sync_failed && s.agreement_every > 0 && version % static_cast<uint64_t>(s.agreement_every) == 0)
