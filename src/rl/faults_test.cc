@@ -190,8 +190,9 @@ TEST(Faults, EveryCheckCatchesSomeFaultNoOtherCheckCatches) {
       {"agreement", {"foreign-kernel", ""}},
   };
   for (const auto& [check, fp] : only) {
+    const std::string fault = fp.first;  // (clang 14 cannot capture a structured binding)
     const FaultInfo& f = *std::find_if(fault_table().begin(), fault_table().end(),
-                                       [&](const FaultInfo& i) { return i.name == fp.first; });
+                                       [&](const FaultInfo& i) { return i.name == fault; });
     RlConfig cfg = config_for(f);
     cfg.sampler_plan = fp.second;
     cfg.agreement_max_kl = 0.05;
