@@ -46,7 +46,8 @@ class CoinTask : public tasks::Task {
 
 const std::string& router_fp32_plan() {
   static const std::string path = [] {
-    const std::string p = (fs::temp_directory_path() / "mxrl_faults_test_r32.toml").string();
+    const std::string p =
+        (fs::temp_directory_path() / ("mxrl_faults_test_r32_" + std::to_string(::getpid()) + ".toml")).string();
     std::ofstream(p) << "name = \"mxfp8-r32\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\n";
     return p;
   }();
