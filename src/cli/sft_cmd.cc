@@ -99,6 +99,7 @@ void add_learner_options(CLI::App* c, LearnerConfig& l, std::string& schedule) {
   c->add_option("--weight-decay", l.optim.weight_decay, "AdamW decoupled weight decay (linears, embeddings)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--clip", l.optim.clip_norm, "Gradient clipping by global norm (0: off)")->capture_default_str();
+  c->add_option("--beta1", l.optim.beta1, "AdamW beta1 (momentum)")->capture_default_str();
   c->add_option("--beta2", l.optim.beta2, "AdamW beta2")->capture_default_str();
   c->add_option("--aux-loss-coef", l.aux_loss_coef, "MoE load-balancing loss coefficient")->capture_default_str();
 }
@@ -106,7 +107,8 @@ void add_learner_options(CLI::App* c, LearnerConfig& l, std::string& schedule) {
 const std::vector<const char*>& learner_option_names() {
   static const std::vector<const char*> n = {"--micro-batch-tokens", "--recipe", "--hybrid", "--floor",
                                              "--requant-every-microbatch", "--lr", "--warmup", "--schedule",
-                                             "--min-lr-ratio", "--weight-decay", "--clip", "--beta2", "--aux-loss-coef"};
+                                             "--min-lr-ratio", "--weight-decay", "--clip", "--beta1", "--beta2",
+                                             "--aux-loss-coef"};
   return n;
 }
 
