@@ -71,7 +71,6 @@ void apply_bundle(Engine& engine, const Bundle& b, const FaultPlan& faults, cons
     for (const Injection& in : faults.injections()) {
       const FaultSeam seam = fault_info(in.fault).seam;
       if (v >= in.from_version && (seam == FaultSeam::Loader || seam == FaultSeam::Channel)) return true;
-      if (v >= in.from_version && (in.fault == Fault::StalePacked || in.fault == Fault::KvFp8)) return true;
     }
     return false;
   };
