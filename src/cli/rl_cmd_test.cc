@@ -124,6 +124,9 @@ TEST_F(RlCmd, FaultsListsEveryFaultAndWritesTheMatrix) {
   EXPECT_EQ(stale["fault"], "stale-plan");
   EXPECT_EQ(stale["fired"]["freshness"], 0);  // at the first sync after the injection
   EXPECT_TRUE(stale["first_opportunity"].get<bool>());
+  // The course without checks, per step after the injection (step 3 of 3).
+  EXPECT_EQ(stale["per_step"]["reward"]["fault"].size(), 1u);
+  EXPECT_EQ(stale["per_step"]["kl_mean"]["clean"].size(), 1u);
   EXPECT_NE(testing_cli::slurp(path("fm/faults.md")).find("| dense | stale-plan | 5 freshness |"), std::string::npos);
 }
 

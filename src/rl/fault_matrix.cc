@@ -83,6 +83,10 @@ json FaultRow::to_json() const {
   j["kl_mean"] = {{"fault", kl_fault}, {"clean", kl_clean}};
   j["abs_dlogp_max"] = {{"fault", dlogp_fault}, {"clean", dlogp_clean}};
   j["reward_mean"] = {{"fault", reward_fault}, {"clean", reward_clean}};
+  // Per step after the injection (checks off), fault and clean.
+  j["per_step"] = {{"kl_mean", {{"fault", fault_trace.kl_mean}, {"clean", clean_trace.kl_mean}}},
+                   {"abs_dlogp_max", {{"fault", fault_trace.abs_dlogp_max}, {"clean", clean_trace.abs_dlogp_max}}},
+                   {"reward", {{"fault", fault_trace.reward}, {"clean", clean_trace.reward}}}};
   return j;
 }
 
@@ -227,6 +231,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
       row.kl_fault = mean(quiet.kl_mean), row.kl_clean = mean(c.kl_mean);
       row.dlogp_fault = max_of(quiet.abs_dlogp_max), row.dlogp_clean = max_of(c.abs_dlogp_max);
       row.reward_fault = mean(quiet.reward), row.reward_clean = mean(c.reward);
+      row.fault_trace = quiet, row.clean_trace = c;
       std::vector<std::string> shows;
       if (quiet.crashed) shows.push_back("the run ended: " + quiet.error);
       if (!quiet.sync_errors.empty()) shows.push_back("sync error " + quiet.sync_errors.front());

@@ -57,6 +57,7 @@ struct FaultRow {
   bool silent = false;                 // checks off: no error, no NaN, no visible reward drop
   std::string visible;                 // what showed, when not silent
   double kl_fault = 0, kl_clean = 0, dlogp_fault = 0, dlogp_clean = 0, reward_fault = 0, reward_clean = 0;
+  RunTrace fault_trace, clean_trace;   // checks off: the course over the steps after the injection
   nlohmann::json to_json() const;
 };
 
