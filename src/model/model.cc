@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "numerics/bf16.h"
 #include "numerics/formats.h"
@@ -147,12 +148,17 @@ std::vector<const PreparedLinear*> Model::linears() const {
   return out;
 }
 
-PreparedLinear* Model::find_linear(const std::string& name) {
+const PreparedLinear* Model::find_linear(const std::string& name) const {
   const PreparedLinear* found = nullptr;
   for_each_tensor([&](const ModelTensor& t) {
     if (t.linear && !found && t.name == name) found = t.linear;
   });
-  return const_cast<PreparedLinear*>(found);  // this model's own member: *this is not const
+  return found;
+}
+
+PreparedLinear* Model::find_linear(const std::string& name) {
+  // This model's own member, and *this is not const.
+  return const_cast<PreparedLinear*>(std::as_const(*this).find_linear(name));
 }
 
 std::vector<NamedBuffer> Model::compute_copies() const {

@@ -62,8 +62,10 @@ class Model {
   // The linears, and the compute copies, of for_each_tensor in its order.
   std::vector<const PreparedLinear*> linears() const;
   std::vector<NamedBuffer> compute_copies() const;
-  // The linear named `name` (a tied head: model.embed_tokens.weight) for an
-  // edit in place after construction (fault injection); null if none.
+  // The linear named `name` (a tied head: model.embed_tokens.weight); null if
+  // none. The non-const one is for an edit in place after construction
+  // (fault injection).
+  const PreparedLinear* find_linear(const std::string& name) const;
   PreparedLinear* find_linear(const std::string& name);
   // The checkpoint name of every parameter-table entry, in table order.
   const std::vector<std::string>& param_names() const { return param_names_; }

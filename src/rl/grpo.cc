@@ -1,7 +1,5 @@
 #include "rl/grpo.h"
 
-#include "sync/faults.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +10,7 @@
 
 #include "learner/train_state.h"
 #include "model/checkpoint.h"
+#include "sync/faults.h"
 #include "sync/mismatch.h"
 #include "util/error.h"
 #include "util/json_read.h"

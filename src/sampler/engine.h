@@ -146,7 +146,6 @@ class Engine {
   // the plan is rebound. Returns whether it swapped.
   bool swap_now();
 
-
   uint64_t version() const { return version_; }  // the live version (changes only at a swap)
   uint64_t cache_epoch() const { return epoch_; }
   const Model& model() const { return *model_; }

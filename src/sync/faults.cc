@@ -68,12 +68,12 @@ const ParamInfo& param(const ParamTable& t, const std::string& name) {
 
 }  // namespace
 
-std::string fault_target(const WeightShipment& s, const std::string& what) {
+std::string fault_target(const Model& m, const std::string& what) {
   std::string any;
-  for (const auto& [name, L] : s.linears) {
-    if (name.find(what) == std::string::npos) continue;
-    if (name.rfind("model.layers.0.", 0) == 0) return name;
-    if (any.empty()) any = name;
+  for (const PreparedLinear* L : m.linears()) {
+    if (L->name.find(what) == std::string::npos) continue;
+    if (L->name.rfind("model.layers.0.", 0) == 0) return L->name;
+    if (any.empty()) any = L->name;
   }
   return any;
 }
@@ -137,9 +137,7 @@ void inject_learner_faults(Bundle& b, const Model& learner, const ParamTable& ma
     const std::string name = layer0("self_attn.q_proj.weight");
     const int i = masters.index_of(name);
     const ParamInfo& p = param(masters, name);
-    const PreparedLinear* have = nullptr;
-    for (const PreparedLinear* L : learner.linears())
-      if (L->name == name) have = L;
+    const PreparedLinear* have = learner.find_linear(name);
     if (!have || !is_mx(have->prec)) fail("fault col-blocks: {} is not an MX linear on the learner", name);
     PreparedLinear L = have->payload();
     std::vector<float> compute(static_cast<size_t>(p.numel));
@@ -202,7 +200,7 @@ void inject_loader_faults(WeightShipment& s, PrecisionPlan& plan, const Model& l
       if (name.find(".mlp.experts.") != std::string::npos) keep_old(name);
   if (on(Fault::StaleTiedHead)) keep_old(cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   if (on(Fault::SwapGateUp)) {
-    const std::string gate = fault_target(s, "gate_proj");
+    const std::string gate = fault_target(live, "gate_proj");
     std::string up = gate;
     up.replace(up.find("gate_proj"), 9, "up_proj");
     if (gate.empty() || !s.linears.count(up)) fail("fault swap-gate-up: no gate/up pair");
@@ -247,11 +245,9 @@ void inject_loader_faults(WeightShipment& s, PrecisionPlan& plan, const Model& l
 
 void inject_model_faults(Model& next, const Model& live, uint64_t v, const FaultPlan& faults, const Exec& exec) {
   if (!faults.active(Fault::StalePacked, v)) return;
-  const std::string name = fault_target(live.ship(), "down_proj");
+  const std::string name = fault_target(live, "down_proj");
   PreparedLinear* L = next.find_linear(name);
-  const PreparedLinear* old = nullptr;
-  for (const PreparedLinear* p : live.linears())
-    if (p->name == name) old = p;
+  const PreparedLinear* old = live.find_linear(name);
   if (!L || !old) fail("fault stale-packed: no linear {}", name);
   L->packed = PackedWeight::pack(old->view(), exec);  // the old version's packing, kept
 }

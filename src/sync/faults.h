@@ -48,8 +48,8 @@ WeightShipment requantize_shipment(const ParamTable& params, const PrecisionPlan
 void inject_model_faults(Model& next, const Model& live, uint64_t version, const FaultPlan& faults,
                          const Exec& exec = {});
 
-// The name the faults target: the first linear of `s` whose name contains
+// The name the faults target: the first linear of `m` whose name contains
 // `what`, preferring layer 0; "" if none.
-std::string fault_target(const WeightShipment& s, const std::string& what);
+std::string fault_target(const Model& m, const std::string& what);
 
 }  // namespace mxrl::sync

@@ -149,11 +149,7 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   const std::vector<TensorDigest> live = model_digests(engine.model());
   // A linear whose bytes match nothing: is it the learner's weight transposed?
   auto transposed = [&](const std::string& name) {
-    const PreparedLinear *have = nullptr, *want = nullptr;
-    for (const PreparedLinear* L : engine.model().linears())
-      if (L->name == name) have = L;
-    for (const PreparedLinear* L : learner.linears())
-      if (L->name == name) want = L;
+    const PreparedLinear *have = engine.model().find_linear(name), *want = learner.find_linear(name);
     return have && want && holds_transpose(*have, *want);
   };
   if (!e.sync_failed) r.checks = check_manifests(e.manifest, live, e.previous_manifest, transposed);
