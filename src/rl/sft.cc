@@ -97,7 +97,7 @@ Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, in
   s.tokens = tk.encode(p.prompt);
   if (s.tokens.empty()) fail("a problem has an empty prompt");
   s.target.assign(s.tokens.size(), 0);
-  for (int32_t t : tk.encode(p.answer)) s.tokens.push_back(t), s.target.push_back(1);
+  for (int32_t t : tk.encode(p.sft_target())) s.tokens.push_back(t), s.target.push_back(1);
   s.tokens.push_back(eos), s.target.push_back(1);
   return s;
 }

@@ -43,6 +43,13 @@ TEST(Sft, SequencesTargetTheAnswerAndTheEndToken) {
   }();
   EXPECT_EQ(s.tokens, want_tokens);
   EXPECT_EQ(s.target, (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 1, 1}));
+  // A weak teacher's demonstration, when the problem has one, is what SFT imitates.
+  const Sequence w = make_sft_sequence(tk, {"19+3=", "22", "12"}, 86);
+  EXPECT_EQ(w.tokens, [&] {
+    auto t = tk.encode("19+3=12");
+    t.push_back(86);
+    return t;
+  }());
 }
 
 TEST(Sft, ResumingFromAMidRunCheckpointEndsBitwiseWhereTheRunEnded) {

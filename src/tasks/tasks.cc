@@ -29,6 +29,7 @@ constexpr uint64_t kTaskStreamTag = 0x7461736B73ull;  // "tasks"
 struct OptionDef {
   const char* name;
   int64_t min, max, def;
+  bool named_at_default = true;  // false: the canonical name omits it at its default
 };
 
 struct TaskDef {
@@ -38,7 +39,7 @@ struct TaskDef {
 
 const std::vector<TaskDef>& task_defs() {
   static const std::vector<TaskDef> defs = {
-      {"addition", {{"digits", 1, 30, 3}}},
+      {"addition", {{"digits", 1, 30, 3}, {"carry_drop", 0, 100, 0, false}}},
       {"multiplication", {{"digits", 1, 19, 2}}},
       {"sort", {{"len", 1, 50, 5}, {"max", 1, 9999, 99}}},
       {"countdown", {{"count", 2, 6, 4}, {"max", 1, 100, 10}}},
@@ -97,7 +98,12 @@ std::vector<int64_t> parse_options(const std::string& spec, const TaskDef& def, 
 
 std::string canonical_name(const TaskDef& def, const std::vector<int64_t>& values) {
   std::string s = def.name;
-  for (size_t k = 0; k < values.size(); ++k) s += fmt::format("{}{}={}", k ? "," : ":", def.options[k].name, values[k]);
+  bool first = true;
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (!def.options[k].named_at_default && values[k] == def.options[k].def) continue;
+    s += fmt::format("{}{}={}", first ? ":" : ",", def.options[k].name, values[k]);
+    first = false;
+  }
   return s;
 }
 
@@ -122,7 +128,9 @@ std::string strip_zeros(std::string s) {
 }
 
 // Schoolbook arithmetic on decimal strings (no size limit).
-std::string add_decimal(const std::string& a, const std::string& b) {
+// keep_carry(): whether a carry is propagated (a weak teacher forgets some).
+template <class KeepCarry>
+std::string add_decimal(const std::string& a, const std::string& b, KeepCarry keep_carry) {
   std::string r;
   int carry = 0;
   for (size_t i = 0; i < std::max(a.size(), b.size()) || carry; ++i) {
@@ -130,10 +138,14 @@ std::string add_decimal(const std::string& a, const std::string& b) {
     if (i < a.size()) d += a[a.size() - 1 - i] - '0';
     if (i < b.size()) d += b[b.size() - 1 - i] - '0';
     r.push_back(static_cast<char>('0' + d % 10));
-    carry = d / 10;
+    carry = d / 10 && keep_carry() ? 1 : 0;
   }
   std::reverse(r.begin(), r.end());
   return strip_zeros(r);
+}
+
+std::string add_decimal(const std::string& a, const std::string& b) {
+  return add_decimal(a, b, [] { return true; });
 }
 
 std::string mul_decimal(const std::string& a, const std::string& b) {
@@ -182,16 +194,21 @@ class BuiltinTask : public Task {
 
 class AdditionTask : public BuiltinTask {
  public:
-  AdditionTask(std::string name, int digits) : BuiltinTask(std::move(name)), digits_(digits) {}
+  AdditionTask(std::string name, int digits, int carry_drop)
+      : BuiltinTask(std::move(name)), digits_(digits), carry_drop_(carry_drop) {}
 
  protected:
   Problem draw(Rng& rng) const override {
     const std::string a = random_operand(rng, digits_), b = random_operand(rng, digits_);
-    return {a + "+" + b + "=", add_decimal(a, b)};
+    Problem p{a + "+" + b + "=", add_decimal(a, b)};
+    // The weak teacher: each carry forgotten with probability carry_drop %.
+    // Draws nothing at carry_drop=0, so those problems are the plain task's.
+    if (carry_drop_ > 0) p.demo = add_decimal(a, b, [&] { return static_cast<int>(rng.below(100)) >= carry_drop_; });
+    return p;
   }
 
  private:
-  int digits_;
+  int digits_, carry_drop_;
 };
 
 class MultiplicationTask : public BuiltinTask {
@@ -448,7 +465,8 @@ std::unique_ptr<Task> make_task(const std::string& spec) {
       colon == std::string::npos ? std::string_view() : std::string_view(spec).substr(colon + 1);
   const std::vector<int64_t> v = parse_options(spec, *it, opts, colon != std::string::npos);
   std::string canon = canonical_name(*it, v);
-  if (name == "addition") return std::make_unique<AdditionTask>(std::move(canon), static_cast<int>(v[0]));
+  if (name == "addition")
+    return std::make_unique<AdditionTask>(std::move(canon), static_cast<int>(v[0]), static_cast<int>(v[1]));
   if (name == "multiplication") return std::make_unique<MultiplicationTask>(std::move(canon), static_cast<int>(v[0]));
   if (name == "sort") return std::make_unique<SortTask>(std::move(canon), static_cast<int>(v[0]), v[1]);
   return std::make_unique<CountdownTask>(std::move(canon), static_cast<int>(v[0]), v[1]);

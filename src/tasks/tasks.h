@@ -13,6 +13,10 @@
 // Built-in tasks and their formats (spec "name" or "name:key=value,...";
 // name() gives every option, in a fixed order):
 //   addition:digits=D        (D 1..30, default 3)   "123+4567=" -> "4690"
+//       carry_drop=P (0..100, default 0; named only when set): the SFT
+//       demonstrations come from a weak teacher that forgets each carry with
+//       probability P % ("19+3=" -> "12" when it forgets); verify() and
+//       evaluation still ask for the true sum. What RL can fix and SFT cannot.
 //   multiplication:digits=D  (D 1..19, default 2)   "12*34="    -> "408"
 //       Each operand: a length uniform in 1..D, then a value uniform among
 //       numbers of that length (length 1 is 0..9), no leading zeros.
@@ -35,6 +39,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -46,7 +51,14 @@ namespace mxrl::tasks {
 inline constexpr std::string_view kTaskCharset = tok::kBuiltinCharset;
 
 struct Problem {
-  std::string prompt, answer;  // answer: one correct completion (the SFT target)
+  Problem() = default;
+  Problem(std::string prompt_, std::string answer_, std::string demo_ = {})
+      : prompt(std::move(prompt_)), answer(std::move(answer_)), demo(std::move(demo_)) {}
+  std::string prompt, answer;  // answer: one correct completion
+  // The SFT demonstration when it is not `answer` (a weak teacher's, which
+  // may be wrong); empty: the demonstration is `answer`.
+  std::string demo;
+  const std::string& sft_target() const { return demo.empty() ? answer : demo; }
 };
 
 enum class Split { Train, Eval };

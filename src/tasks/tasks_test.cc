@@ -22,6 +22,7 @@ const std::vector<std::string> kSpecs = {"addition",
                                          "addition:digits=1",
                                          "addition:digits=12",
                                          "addition:digits=30",
+                                         "addition:digits=3,carry_drop=60",
                                          "multiplication",
                                          "multiplication:digits=1",
                                          "multiplication:digits=19",
@@ -133,6 +134,9 @@ TEST(Tasks, NamesAreCanonical) {
   EXPECT_EQ(task_names(), (std::vector<std::string>{"addition", "multiplication", "sort", "countdown"}));
   EXPECT_EQ(make_task("addition")->name(), "addition:digits=3");
   EXPECT_EQ(make_task("addition:digits=5")->name(), "addition:digits=5");
+  // carry_drop is named only when set, so plain addition keeps its name.
+  EXPECT_EQ(make_task("addition:carry_drop=0")->name(), "addition:digits=3");
+  EXPECT_EQ(make_task("addition:carry_drop=60,digits=2")->name(), "addition:digits=2,carry_drop=60");
   EXPECT_EQ(make_task("multiplication")->name(), "multiplication:digits=2");
   EXPECT_EQ(make_task("sort")->name(), "sort:len=5,max=99");
   EXPECT_EQ(make_task("sort:max=50,len=3")->name(), "sort:len=3,max=50");
@@ -167,6 +171,7 @@ TEST(Tasks, BadSpecsListTheKnownTasks) {
       {"addition:", "empty option list after ':'"},
       {"addition:digits=3,", "empty option"},
       {"addition:digits", "option \"digits\" is not key=value"},
+      {"addition:carry_drop=101", "option carry_drop: \"101\" is not an integer in 0..100"},
       {"jsonl", "jsonl needs a path"},
       {"jsonl:", "jsonl needs a path"},
   };
@@ -176,7 +181,7 @@ TEST(Tasks, BadSpecsListTheKnownTasks) {
               std::string::npos)
         << spec << " -> " << msg;
     EXPECT_NE(msg.find(want), std::string::npos) << spec << " -> " << msg;
-    for (const char* known : {"addition (digits=1..30, default 3)", "multiplication (digits=1..19, default 2)",
+    for (const char* known : {"addition (digits=1..30, default 3; carry_drop=0..100, default 0)", "multiplication (digits=1..19, default 2)",
                               "sort (len=1..50, default 5; max=1..9999, default 99)",
                               "countdown (count=2..6, default 4; max=1..100, default 10)", "jsonl:PATH"})
       EXPECT_NE(msg.find(known), std::string::npos) << spec << " -> " << msg;
@@ -321,6 +326,64 @@ TEST(Tasks, TooSmallForASplitFails) {
 }
 
 // ---- answers --------------------------------------------------------------
+
+// a + b where the carries at the positions set in `dropped` (bit i: the carry
+// out of digit i, least significant first) are forgotten.
+std::string sum_dropping(const std::string& a, const std::string& b, unsigned dropped) {
+  std::string r;
+  int carry = 0;
+  for (size_t i = 0; i < std::max(a.size(), b.size()) || carry; ++i) {
+    int d = carry;
+    if (i < a.size()) d += a[a.size() - 1 - i] - '0';
+    if (i < b.size()) d += b[b.size() - 1 - i] - '0';
+    r.insert(r.begin(), static_cast<char>('0' + d % 10));
+    carry = d >= 10 && !(dropped >> i & 1u);
+  }
+  const size_t nz = r.find_first_not_of('0');
+  return nz == std::string::npos ? "0" : r.substr(nz);
+}
+
+TEST(Tasks, WeakTeacherForgetsCarriesAtItsRateAndTheVerifierStillWantsTheSum) {
+  const auto plain = make_task("addition:digits=3");
+  // carry_drop=0 is the plain task: the same problems, no demonstration.
+  const auto zero = make_task("addition:digits=3,carry_drop=0");
+  for (uint64_t i = 0; i < 200; ++i) {
+    const Problem p = plain->generate(Split::Train, 9, i), q = zero->generate(Split::Train, 9, i);
+    EXPECT_EQ(p.prompt, q.prompt);
+    EXPECT_TRUE(q.demo.empty());
+    EXPECT_EQ(q.sft_target(), q.answer);
+  }
+  // carry_drop=100 forgets every carry: digit-wise sums mod 10.
+  const auto all = make_task("addition:digits=3,carry_drop=100");
+  for (uint64_t i = 0; i < 200; ++i) {
+    const Problem p = all->generate(Split::Train, 9, i);
+    const size_t plus = p.prompt.find('+');
+    const std::string a = p.prompt.substr(0, plus), b = p.prompt.substr(plus + 1, p.prompt.size() - plus - 2);
+    EXPECT_EQ(p.answer, sum_dropping(a, b, 0)) << p.prompt;
+    EXPECT_EQ(p.sft_target(), sum_dropping(a, b, ~0u)) << p.prompt;
+  }
+  // carry_drop=60: each demonstration is the sum with some subset of its
+  // carries forgotten; over problems with exactly one carry, 60% forget it.
+  const auto weak = make_task("addition:digits=3,carry_drop=60");
+  int one_carry = 0, forgot = 0;
+  for (Split split : {Split::Train, Split::Eval})
+    for (uint64_t i = 0; i < 4000; ++i) {
+      const Problem p = weak->generate(split, 9, i);
+      const size_t plus = p.prompt.find('+');
+      const std::string a = p.prompt.substr(0, plus), b = p.prompt.substr(plus + 1, p.prompt.size() - plus - 2);
+      ASSERT_EQ(p.answer, sum_dropping(a, b, 0)) << p.prompt;
+      std::set<std::string> possible;
+      for (unsigned m = 0; m < 16; ++m) possible.insert(sum_dropping(a, b, m));
+      EXPECT_TRUE(possible.count(p.sft_target())) << p.prompt << " -> " << p.sft_target();
+      EXPECT_EQ(weak->verify(p, p.answer), true);
+      EXPECT_EQ(weak->verify(p, p.sft_target()), p.sft_target() == p.answer) << p.prompt;
+      int carries = 0;
+      for (unsigned bit = 0; bit < 4; ++bit) carries += sum_dropping(a, b, 1u << bit) != p.answer;
+      if (carries == 1) ++one_carry, forgot += p.sft_target() != p.answer;
+    }
+  ASSERT_GT(one_carry, 1500);
+  EXPECT_NEAR(static_cast<double>(forgot) / one_carry, 0.60, 0.04) << forgot << "/" << one_carry;
+}
 
 TEST(Tasks, AdditionAnswersAreSums) {
   for (int digits : {1, 3, 5, 18, 30}) {
