@@ -29,7 +29,7 @@ std::string checks_summary(const sync::SyncReport& r) {
 
 void add_rl_options(CLI::App* c, RlCliArgs& a) {
   rl::RlConfig& s = a.cfg;
-  c->add_option("--task", s.task, "Built-in task (addition[:digits=D], multiplication, sort, countdown)")->capture_default_str();
+  c->add_option("--task", s.task, "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)")->capture_default_str();
   c->add_option("--steps", s.steps, "RL steps (each: generate, score, update, sync)")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--prompts-per-step", s.prompts_per_step, "Prompts per step (P)")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--samples-per-prompt", s.samples_per_prompt, "Samples per prompt (G)")->check(CLI::PositiveNumber)->capture_default_str();

@@ -114,7 +114,7 @@ const std::vector<const char*>& learner_option_names() {
 
 void add_sft_options(CLI::App* c, SftCliArgs& a) {
   rl::SftConfig& s = a.cfg;
-  c->add_option("--task", s.task, "Built-in task: addition[:digits=D], multiplication[:digits=D], sort[:len=L], countdown")
+  c->add_option("--task", s.task, "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], sort[:len=L,max=M], countdown[:count=C,max=M]")
       ->capture_default_str();
   c->add_option("--steps", s.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--batch-size", s.batch_size, "Sequences per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
