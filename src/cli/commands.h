@@ -19,10 +19,8 @@ void add_rl_command(CLI::App& app);         // rl: GRPO with checked weight sync
 void add_bench_train(CLI::App* bench);      // bench train (bench_train.cc)
 void add_sync_command(CLI::App& app);       // sync export, sync inspect
 void add_faults_command(CLI::App& app);     // faults: the sync fault matrix
+void add_report_commands(CLI::App& app);    // report, experiment: the paper's claims measured here
 
-// A preset model (tiny-dense, tiny-moe) with the built-in character
-// tokenizer, randomly initialised, saved as a checkpoint directory.
-void write_preset_checkpoint(const std::string& out, const std::string& preset, uint64_t seed, float std = 0.02f);
 
 // --threads N (0 = all cores), shared by commands that compute.
 inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {

@@ -13,6 +13,7 @@
 #include "cli/rl_cli.h"
 #include "cli/sft_cli.h"
 #include "model/init.h"
+#include "rl/warm_start.h"
 #include "tasks/tasks.h"
 #include "util/thread_pool.h"
 
@@ -54,7 +55,7 @@ void run_demo(DemoArgs& a) {
   const std::string init = (fs::path(a.out) / "init").string();
   const std::string sft_out = (fs::path(a.out) / "sft").string(), rl_out = (fs::path(a.out) / "rl").string();
   fmt::print(stderr, "demo: 1/3 initialise the {} preset -> {}\n", a.preset, init);
-  write_preset_checkpoint(init, a.preset, a.init_seed);
+  rl::write_preset_checkpoint(init, a.preset, a.init_seed);
   ThreadPool pool(a.threads);
   fmt::print(stderr, "demo: 2/3 SFT warm start on {} ({} steps, {}){}\n", a.cfg.task, a.cfg.steps,
              a.cfg.learner.recipe.plan,

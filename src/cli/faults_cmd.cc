@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "rl/fault_matrix.h"
-#include "rl/sft.h"
+#include "rl/warm_start.h"
 #include "util/faults.h"
 #include "util/thread_pool.h"
 
@@ -40,33 +40,22 @@ void print_list() {
 
 // init + SFT warm start of a preset, under out/warm/<name>; returns the final checkpoint.
 std::string warm_start(const FaultsArgs& a, const std::string& preset, const std::string& recipe, ThreadPool& pool) {
-  const fs::path dir = fs::path(a.out) / "warm" / preset;
-  const std::string init = (dir / "init").string(), sft = (dir / "sft").string();
-  write_preset_checkpoint(init, preset, 0);
-  rl::SftConfig c;
-  c.task = a.cfg.task;
-  c.steps = a.sft_steps;
-  c.eval_every = 0;
-  c.eval_problems = 200;
-  c.learner.recipe.plan = recipe;
-  c.learner.optim.lr = 2e-3;
-  c.learner.optim.warmup_steps = 30;
-  c.learner.optim.weight_decay = 0;
-  c.learner.optim.schedule = LrSchedule::Cosine;
-  c.learner.optim.total_steps = a.sft_steps;
-  rl::SftRun run = rl::SftRun::start(init, c, Exec{&pool});
+  rl::WarmStartConfig w;
+  w.preset = preset, w.task = a.cfg.task, w.recipe = recipe, w.sft_steps = a.sft_steps;
   Progress bar(std::chrono::milliseconds(200));
-  rl::SftEvents ev;
-  ev.on_step = [&](int64_t step, const StepResult& r) {
-    bar.show(fmt::format("{} SFT {} {}/{} loss {:.4f}", preset, Progress::bar(step, a.sft_steps, 20), step,
-                         a.sft_steps, r.loss));
-    if (!bar.on() && step % 100 == 0) fmt::print(stderr, "faults: {} SFT step {}/{} loss {:.4f}\n", preset, step, a.sft_steps, r.loss);
-  };
-  const rl::EvalResult e = run.run(sft, ev);
+  const rl::WarmStart ws = rl::warm_start(
+      (fs::path(a.out) / "warm" / preset).string(), w,
+      [&](int64_t step, double loss) {
+        bar.show(fmt::format("{} SFT {} {}/{} loss {:.4f}", preset, Progress::bar(step, a.sft_steps, 20), step,
+                             a.sft_steps, loss));
+        if (!bar.on() && step % 100 == 0)
+          fmt::print(stderr, "faults: {} SFT step {}/{} loss {:.4f}\n", preset, step, a.sft_steps, loss);
+      },
+      Exec{&pool});
   bar.clear();
   fmt::print(stderr, "faults: {} warm start: {} SFT steps, held-out greedy accuracy {:.3f}\n", preset, a.sft_steps,
-             e.accuracy);
-  return (fs::path(sft) / "final").string();
+             ws.accuracy);
+  return ws.model;
 }
 
 void run_faults(FaultsArgs& a) {
@@ -77,11 +66,7 @@ void run_faults(FaultsArgs& a) {
   if (a.out.empty()) throw CLI::ValidationError("--out", "required (or --list)");
   ThreadPool pool(a.threads);
   fs::create_directories(a.out);
-  const std::string r32 = (fs::path(a.out) / "mxfp8-router-fp32.toml").string();
-  std::ofstream(r32) << "name = \"mxfp8-router-fp32\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\n";
-  std::ofstream((fs::path(a.out) / "mxfp8-router-fp32-fp8kv.toml").string())
-      << "name = \"mxfp8-router-fp32+fp8kv\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\nkv_cache = \"fp8\"\n";
-  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = r32;
+  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = rl::write_router_fp32_plan(a.out);
   auto wanted = [&](const char* p) { return std::find(a.presets.begin(), a.presets.end(), p) != a.presets.end(); };
   if (!wanted("dense")) a.cfg.dense_model.clear();
   else if (a.cfg.dense_model.empty()) a.cfg.dense_model = warm_start(a, "tiny-dense", a.cfg.dense_recipe, pool);

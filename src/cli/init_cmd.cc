@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "model/checkpoint.h"
 #include "model/init.h"
+#include "rl/warm_start.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -55,28 +56,16 @@ ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
 
 void run_init(const InitArgs& a) {
   if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset or --config");
-  const tok::Tokenizer tk = tok::builtin_char_tokenizer();
-  ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, tk.vocab_size()) : preset_config(a.preset, tk.vocab_size());
-  if (cfg.vocab_size < tk.vocab_size())
-    fail("vocab_size {} is smaller than the character tokenizer's {}", cfg.vocab_size, tk.vocab_size());
-  cfg.eos_token_ids = {*tk.token_id("<|endoftext|>")};
-  cfg.bos_token_id = cfg.eos_token_ids[0];
-  ParamTable params(cfg);
-  init_params(params, a.seed, a.std);
-  const st::DType dtype = a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32;
-  save_checkpoint(a.out, cfg, params, dtype, {}, tk.to_json());
+  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  const ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, vocab) : preset_config(a.preset, vocab);
+  const int64_t numel =
+      rl::init_checkpoint(a.out, cfg, a.seed, a.std, a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32);
   fmt::print(stderr, "wrote {}: {} ({} layers, hidden {}, {}), {:.2f} M parameters, vocab {}, seed {}\n", a.out,
              cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size,
              cfg.is_moe() ? fmt::format("{} experts top-{}", cfg.num_experts, cfg.num_experts_per_tok) : "dense",
-             params.numel() / 1e6, cfg.vocab_size, a.seed);
+             numel / 1e6, cfg.vocab_size, a.seed);
 }
 }  // namespace
-
-void write_preset_checkpoint(const std::string& out, const std::string& preset, uint64_t seed, float std) {
-  InitArgs a;
-  a.preset = preset, a.out = out, a.seed = seed, a.std = std;
-  run_init(a);
-}
 
 void add_init_command(CLI::App& app) {
   auto a = std::make_shared<InitArgs>();

@@ -246,6 +246,16 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
   return m;
 }
 
+std::string write_router_fp32_plan(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const std::string r32 = (fs::path(dir) / "mxfp8-router-fp32.toml").string();
+  write_file_atomic(r32, "name = \"mxfp8-router-fp32\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\n");
+  write_file_atomic((fs::path(dir) / "mxfp8-router-fp32-fp8kv.toml").string(),
+                    "name = \"mxfp8-router-fp32+fp8kv\"\ndefault = \"mxfp8\"\nrouter = \"fp32\"\nkv_cache = \"fp8\"\n");
+  return r32;
+}
+
 void write_fault_matrix(const FaultMatrix& m, const std::string& dir) {
   std::filesystem::create_directories(dir);
   write_file_atomic((std::filesystem::path(dir) / "faults.json").string(), m.to_json().dump(2) + "\n");

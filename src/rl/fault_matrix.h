@@ -71,6 +71,9 @@ struct FaultMatrix {
 // Runs the matrix; `progress` gets one line per run.
 FaultMatrix run_fault_matrix(const FaultMatrixConfig& cfg, const std::function<void(const std::string&)>& progress,
                              const Exec& exec = {});
+// Writes dir/mxfp8-router-fp32.toml (MXFP8 linears, an FP32 router: the MoE
+// recipe under which router-bf16 applies) and its +fp8kv twin; returns the first.
+std::string write_router_fp32_plan(const std::string& dir);
 // faults.json and faults.md into dir (atomically).
 void write_fault_matrix(const FaultMatrix& m, const std::string& dir);
 
