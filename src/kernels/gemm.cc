@@ -262,24 +262,28 @@ void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y) {
   }
 }
 
-void gemm_split_k(const float* x, int64_t m, const WeightView& w, float* y, int64_t splits) {
+void gemm_split_k(const float* x, int64_t m, const WeightView& w, float* y, int64_t splits, ThreadPool* pool) {
   validate(w, "gemm_split_k");
   if (m < 0) fail("gemm_split_k: negative row count {}", m);
   if (splits < 1) fail("gemm_split_k: {} splits", splits);
-  std::vector<float> wrow(static_cast<size_t>(w.k)), part(static_cast<size_t>(splits));
-  for (int64_t n = 0; n < w.n; ++n) {
-    for (int64_t k = 0; k < w.k; ++k) wrow[k] = weight_value(w, n, k);
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t s = 0; s < splits; ++s) {
-        float acc = 0.0f;
-        for (int64_t k = w.k * s / splits; k < w.k * (s + 1) / splits; ++k) acc = std::fma(x[r * w.k + k], wrow[k], acc);
-        part[s] = acc;
+  // Output columns in parallel: each output's sum is the same whatever thread makes it.
+  parallel_for(pool, w.n, [&](int64_t n0, int64_t n1) {
+    std::vector<float> wrow(static_cast<size_t>(w.k)), part(static_cast<size_t>(splits));
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t k = 0; k < w.k; ++k) wrow[k] = weight_value(w, n, k);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t s = 0; s < splits; ++s) {
+          float acc = 0.0f;
+          for (int64_t k = w.k * s / splits; k < w.k * (s + 1) / splits; ++k)
+            acc = std::fma(x[r * w.k + k], wrow[k], acc);
+          part[s] = acc;
+        }
+        float sum = 0.0f;
+        for (int64_t s = 0; s < splits; ++s) sum += part[s];
+        y[r * w.n + n] = canonical(sum);
       }
-      float sum = 0.0f;
-      for (int64_t s = 0; s < splits; ++s) sum += part[s];
-      y[r * w.n + n] = canonical(sum);
     }
-  }
+  }, 8);
 }
 
 }  // namespace mxrl

@@ -22,6 +22,8 @@
 
 namespace mxrl {
 
+class ThreadPool;
+
 enum class WFormat : uint8_t { F32, BF16, MX, FP8 };
 const char* wformat_name(WFormat f);
 
@@ -124,7 +126,8 @@ void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y);
 // fault and the matching experiments. Each output sums K in `splits` partial
 // chains over contiguous K ranges (each a sequential FMA chain), then adds the
 // partials in order. Same exact operand values as gemm(); different rounding.
-void gemm_split_k(const float* x, int64_t m, const WeightView& w, float* y, int64_t splits);
+// Output columns are cut across `pool` (null: the calling thread).
+void gemm_split_k(const float* x, int64_t m, const WeightView& w, float* y, int64_t splits, ThreadPool* pool = nullptr);
 
 namespace detail {
 // One entry per backend. run computes rows [m0, m1) x panels [p0, p1) of Y;

@@ -81,7 +81,7 @@ void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<fl
   }
   PhaseTimer t(exec.times, Phase::Gemm);
   if (exec.gemm_split_k > 1)
-    gemm_split_k(in, m, view(), y, exec.gemm_split_k);
+    gemm_split_k(in, m, view(), y, exec.gemm_split_k, exec.pool);
   else
     gemm(in, m, packed, y, exec);
 }
