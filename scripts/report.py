@@ -3,9 +3,9 @@
 
 Usage: /usr/bin/python3 scripts/report.py DIR
 
-Reads DIR/matching.json, DIR/rl_kl.json, DIR/speed.json, DIR/faults/faults.{json,md} and the
-optional DIR/report.json. A missing file makes its section say "not run". Every number in the
-README comes from these files. Malformed input: exit 1 with one line on stderr.
+Reads DIR/matching.json, DIR/rl_kl.json, DIR/speed.json (and the Chrome trace files its "traces" name),
+DIR/faults/faults.{json,md} and the optional DIR/report.json. A missing file makes its section say "not run".
+Every number in the README comes from these files. Malformed input: exit 1 with one line on stderr.
 """
 import json
 import math
@@ -16,10 +16,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 PRESET_ORDER = ["dense", "moe"]
 KERNEL_STYLE = {"shared": ("o", "tab:blue"), "foreign": ("s", "tab:orange")}
+# Phases of a traced training step, in table order; "step" is the whole step on the main thread.
+PHASES = ["weight_quant", "act_quant", "gemm", "attention", "optimizer", "alloc"]
+PHASE_COLORS = {"weight_quant": "tab:purple", "act_quant": "tab:orange", "gemm": "tab:blue",
+                "attention": "tab:green", "optimizer": "tab:red", "alloc": "tab:brown"}
+EXTRA_COLORS = ["tab:pink", "tab:olive", "tab:cyan", "tab:gray"]  # phases the script does not know yet
 
 
 class ReportError(Exception):
@@ -102,7 +108,12 @@ SPEED = {
     "rl_split": [dict({"preset": STR, "recipe": STR, "sampler": STR, "steps": INT}, **TIME)],
     "paper": [{"what": STR, "paper": STR, "preset": STR, "bf16_s": Opt(NUM), "mxfp8_s": Opt(NUM),
                "mxrl_change_pct": NUM_OR_NULL}],
+    "traces": Opt([{"recipe": STR, "file": STR, "preset": STR, "tokens": INT,
+                    "phases": Each(Each(NUM))}]),  # phases[name][tid]: summed seconds; tid "0" is the main thread
 }
+TRACE = {"traceEvents": [{"ph": STR}]}
+TRACE_EVENT = {"X": {"name": STR, "tid": INT, "ts": NUM, "dur": NUM}, "M": {"name": STR, "tid": INT}}
+TRACE_NAME = {"args": {"name": STR}}  # "M" events named thread_name / process_name
 FAULTS = {"rows": [{"preset": STR, "fault": STR, "applicable": BOOL}]}
 FAULT_APPLICABLE = {"first_opportunity": BOOL, "silent_without_checks": BOOL, "fired": Each(INT), "missed": [STR]}
 REPORT = {"parts": Opt(Each({"mode": STR, "date": STR, "seconds": NUM})), "seconds": Opt(NUM), "date": Opt(STR),
@@ -143,6 +154,37 @@ def check_faults(data):
     for i, row in enumerate(data["rows"]):
         if row["applicable"]:
             check(row, FAULT_APPLICABLE, f"rows[{i}]")
+
+
+def check_speed(data):
+    for i, t in enumerate(data.get("traces", [])):
+        where = f"traces[{i}]"
+        if not t["file"] or t["file"] != os.path.basename(t["file"]) or t["file"] in (".", ".."):
+            raise ReportError(f"{where}.file is {json.dumps(t['file'])[:40]}, expected a file name in the directory")
+        for name, by_tid in t["phases"].items():
+            for tid in by_tid:
+                if not tid.isdigit():
+                    raise ReportError(f"{where}.phases.{name} has thread {json.dumps(tid)[:40]}, expected a number")
+        check(t["phases"], {"step": {"0": NUM}}, f"{where}.phases")
+
+
+def check_trace(data):
+    for i, ev in enumerate(data["traceEvents"]):
+        check(ev, TRACE_EVENT.get(ev["ph"], {}), f"traceEvents[{i}]")
+        if ev["ph"] == "M" and ev["name"] in ("thread_name", "process_name"):
+            check(ev, TRACE_NAME, f"traceEvents[{i}]")
+
+
+def load_traces(out, sp):
+    """[(trace entry of speed.json, its trace file's data)], checked before anything is written."""
+    traces = []
+    for i, t in enumerate((sp or {}).get("traces", [])):
+        path = os.path.join(out, t["file"])
+        data = load(path, TRACE, check_trace)
+        if data is None:
+            raise ReportError(f"{path}: missing (speed.json traces[{i}].file)")
+        traces.append((t, data))
+    return traces
 
 
 def check_rl_kl(data):
@@ -415,10 +457,10 @@ def plot_rl_kl(rl):
 
 # ---------------------------------------------------------------- 2. speed
 
-def speed_section(sp, out):
+def speed_section(sp, traces, out):
     parts = ["## 2. When MXFP8 pays off"]
     if sp is None:
-        drop_stale(out, "sweep.png", "step_split.png")
+        drop_stale(out, "sweep.png", "step_split.png", "trace.png")
         parts.append("Not run (no `speed.json`).")
         return "\n\n".join(parts)
     sw = sp["sweep"]
@@ -452,6 +494,10 @@ def speed_section(sp, out):
         parts.append(save_fig(plot_step_split(sp["rl_split"]), out, "step_split.png"))
     else:
         drop_stale(out, "step_split.png")
+    if traces:
+        parts.append(trace_section(traces, out))
+    else:
+        drop_stale(out, "trace.png")
     parts.append("### Against the paper\n\n" +
                  table(["what", "preset", "paper", "mxrl (mxfp8 vs bf16)", "bf16 (ms)", "mxfp8 (ms)"],
                        [[p["what"], p["preset"], p["paper"], fmt_pct(p["mxrl_change_pct"], 1)] +
@@ -515,6 +561,108 @@ def plot_step_split(split):
     return fig
 
 
+def phase_names(traces):
+    """The known phases, then any others the traces have (so that "other" never hides a new phase)."""
+    extra = sorted({n for t, _ in traces for n in t["phases"]} - set(PHASES) - {"step"})
+    return PHASES + extra
+
+
+def trace_section(traces, out):
+    entries = [t for t, _ in traces]
+    names = phase_names(traces)
+    same = len({(t["preset"], t["tokens"]) for t in entries}) == 1
+    workers = sorted({int(tid) for t in entries for by in t["phases"].values() for tid in by if tid != "0"})
+    links = ", ".join(f"[{t['file']}]({t['file']})" for t in entries)
+    per_step = (f"one training step of `{entries[0]['preset']}` on {entries[0]['tokens']} tokens per recipe"
+                if same else "one training step per recipe")
+    pool = ("" if not workers else " (workers: the pool thread)" if len(workers) == 1 else
+            f" (workers: summed over {len(workers)} pool threads)")
+    text = ("### One training step, traced\n\n"
+            f"The trace files open in [Perfetto](https://ui.perfetto.dev) or `chrome://tracing`: {links}. "
+            f"Below, {per_step}: ms per phase on the main thread, and \"main / workers\" where pool threads have "
+            f"spans too{pool}; other (main): the step minus the main thread's phases.")
+    body = []
+    for t in entries:
+        ph = t["phases"]
+        step = ph["step"]["0"]
+        cells = []
+        for name in names:
+            if name not in ph:
+                cells.append("—")
+                continue
+            main_s = ph[name].get("0", 0.0)
+            work_s = sum(v for tid, v in ph[name].items() if tid != "0")
+            cells.append(fmt_ms(main_s) + (f" / {fmt_ms(work_s)}" if any(tid != "0" for tid in ph[name]) else ""))
+        other = max(0.0, step - sum(ph[n].get("0", 0.0) for n in names if n in ph))
+        body.append([t["recipe"]] + ([] if same else [t["preset"], t["tokens"]]) + [fmt_ms(step)] + cells
+                    + [fmt_ms(other)])
+    text += "\n\n" + table(["recipe"] + ([] if same else ["preset", "tokens"]) + ["step (ms)"]
+                           + names + ["other (main)"], body)
+    return text + "\n\n" + save_fig(plot_trace(traces, names), out, "trace.png")
+
+
+def trace_threads(events):
+    """(tid -> thread name, process name) from a trace's metadata events."""
+    threads, process = {}, None
+    for ev in events:
+        if ev["ph"] == "M" and ev["name"] == "thread_name":
+            threads[ev["tid"]] = ev["args"]["name"]
+        elif ev["ph"] == "M" and ev["name"] == "process_name":
+            process = ev["args"]["name"]
+    return threads, process
+
+
+def plot_trace(traces, names):
+    colors = dict(PHASE_COLORS, **{n: EXTRA_COLORS[i % len(EXTRA_COLORS)]
+                                   for i, n in enumerate(n for n in names if n not in PHASE_COLORS)})
+    panels = []
+    for t, data in traces:
+        spans = [ev for ev in data["traceEvents"] if ev["ph"] == "X"]
+        steps = [ev for ev in spans if ev["name"] == "step"]
+        t0 = min(ev["ts"] for ev in steps) if steps else min((ev["ts"] for ev in spans), default=0.0)
+        thread_names, process = trace_threads(data["traceEvents"])
+        tids = sorted({ev["tid"] for ev in spans if ev["name"] != "step"} | {0})
+        panels.append((t, spans, steps, t0, thread_names, process, tids))
+    height = sum(0.45 * (len(p[6]) + 1) + 0.9 for p in panels) + 0.6
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, height), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": [len(p[6]) + 1 for p in panels]})
+    used = []
+    for ax, (t, spans, steps, t0, thread_names, process, tids) in zip(axes[:, 0], panels):
+        rows = {tid: i + 1 for i, tid in enumerate(tids)}  # row 0: the step
+        for ev in steps:
+            ax.broken_barh([((ev["ts"] - t0) / 1e3, ev["dur"] / 1e3)], (-0.1, 0.2), facecolors="black", lw=0)
+        for name in names + sorted({ev["name"] for ev in spans} - set(names) - {"step"}):
+            for tid in tids:
+                bars = [((ev["ts"] - t0) / 1e3, ev["dur"] / 1e3) for ev in spans
+                        if ev["name"] == name and ev["tid"] == tid]
+                if bars:
+                    ax.broken_barh(bars, (rows[tid] - 0.38, 0.76), facecolors=colors.get(name, "0.5"), lw=0,
+                                   edgecolor="none")
+                    used.append(name)
+        labels = ["step"] + [thread_names.get(tid, "main" if tid == 0 else f"thread {tid}") for tid in tids]
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+        ax.set_title(f"{process or t['recipe']}: step {fmt_ms(t['phases']['step']['0'])} ms ({t['file']})",
+                     fontsize=9, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        ax.tick_params(axis="y", length=0)
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+    ends = [(ev["ts"] + ev["dur"] - p[3]) / 1e3 for p in panels for ev in p[1]]
+    axes[-1][0].set_xlim(0, max(ends, default=1.0) * 1.01 or 1.0)
+    axes[-1][0].set_xlabel("ms from the start of the step")
+    shown = [n for n in unique(used) if n in names] + [n for n in unique(used) if n not in names]
+    handles = [Patch(facecolor=colors.get(n, "0.5"), label=n) for n in shown]
+    if any(p[2] for p in panels):
+        handles.append(Patch(facecolor="black", label="step"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, 0),
+               fontsize=8)
+    fig.suptitle("One training step: spans per thread (white: no span; open the trace files in Perfetto to zoom)")
+    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))
+    return fig
+
+
 # ---------------------------------------------------------------- 3. faults
 
 def demote(md):
@@ -572,10 +720,11 @@ def main(argv):
         raise ReportError(f"{out}: not a directory")
     p = lambda *names: os.path.join(out, *names)  # noqa: E731
     m, rl = load(p("matching.json"), MATCHING), load(p("rl_kl.json"), RL_KL, check_rl_kl)
-    sp, fj = load(p("speed.json"), SPEED), load(p("faults", "faults.json"), FAULTS, check_faults)
+    sp, fj = load(p("speed.json"), SPEED, check_speed), load(p("faults", "faults.json"), FAULTS, check_faults)
+    traces = load_traces(out, sp)
     rep, faults_md = load(p("report.json"), REPORT), read_text(p("faults", "faults.md"))
     readme = "\n\n".join([
-        header(m, rep), matching_section(m, rl, out), speed_section(sp, out),
+        header(m, rep), matching_section(m, rl, out), speed_section(sp, traces, out),
         faults_section(fj, faults_md),
         "## How to regenerate\n\n`mxrl report --out DIR` (full) or `mxrl report --quick --out DIR` (quick). "
         "To rebuild only this page and its plots from the JSON: `/usr/bin/python3 scripts/report.py DIR`."]) + "\n"

@@ -1,7 +1,8 @@
 // mxrl bench train: training tokens/s of a preset model under the bf16 and
 // mxfp8 recipes, on identical data, with the time split into weight
-// quantization, activation quantization, GEMMs, AdamW and the rest; --sweep
-// fits the per-micro-batch and per-token costs (experiments/train_sweep.h).
+// quantization, activation quantization, GEMMs, attention, AdamW and the
+// rest; --sweep fits the per-micro-batch and per-token costs
+// (experiments/train_sweep.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -28,17 +29,17 @@ void bench_train(TrainBenchArgs a) {
   if (!a.json)
     fmt::print("bench train: {}, {} tokens per step ({} x {}), {} thread(s), median of {}, weight quantizations made "
                "once per {}\n"
-               "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
+               "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
                c.preset, c.tokens, c.tokens / c.seq_len, c.seq_len, pool.size(), c.reps,
                c.requant_every_microbatch ? "micro-batch" : "step", "recipe", "budget", "mbs", "tokens/s",
-               "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "adamw", "rest", "mb ms", "us/token");
+               "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "attn", "adamw", "rest", "mb ms", "us/token");
   auto row = [&](const nlohmann::json& r) {
     if (a.json) return;
     auto d = [&](const char* k) { return r[k].get<double>(); };
-    fmt::print("{:<8} {:>7} {:>4} {:>9.0f} {:>8.2f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | {:>8.1f} {:>8.1f}\n",
+    fmt::print("{:<8} {:>7} {:>4} {:>9.0f} {:>8.2f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | {:>8.1f} {:>8.1f}\n",
                r["recipe"].get<std::string>(), r["budget"].get<int64_t>(), r["micro_batches"].get<int64_t>(),
                d("tokens_per_s"), d("ratio_to_first"), d("weight_quant_s"), d("act_quant_s"), d("gemm_s"),
-               d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
+               d("attention_s"), d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
   };
   const nlohmann::json j = exp::bench_train(c, row, Exec{&pool});
   if (a.json) {

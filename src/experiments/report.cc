@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "experiments/matching.h"
 #include "experiments/rl_kl.h"
@@ -122,6 +123,24 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
                          r["budget"].get<int64_t>(), r["tokens_per_s"].get<double>(), r["ratio_to_first"].get<double>(),
                          b.recipes[0]));
   }, exec);
+  // One traced training step per recipe: Chrome trace-event JSON beside the report.
+  j["traces"] = nlohmann::json::array();
+  for (const char* recipe : {"bf16", "mxfp8"}) {
+    TrainBenchConfig t;
+    t.tokens = cfg.quick ? 1024 : 4096, t.seq_len = cfg.quick ? 64 : 128, t.budgets = {t.tokens};
+    const std::string name = fmt::format("trace_{}.json", recipe);
+    const std::string json = trace_train_step(t, recipe, exec);
+    write_file_atomic((fs::path(cfg.out) / name).string(), json);
+    nlohmann::json summary = {{"recipe", recipe}, {"file", name}, {"preset", t.preset}, {"tokens", t.tokens}};
+    // Per phase: the summed span time on each thread (seconds).
+    const nlohmann::json trace = nlohmann::json::parse(json);
+    std::map<std::string, std::map<std::string, double>> phases;
+    for (const auto& e : trace["traceEvents"])
+      if (e["ph"] == "X") phases[e["name"].get<std::string>()][std::to_string(e["tid"].get<int>())] += e["dur"].get<double>() * 1e-6;
+    summary["phases"] = phases;
+    progress(fmt::format("traced one {} training step -> {}", recipe, name));
+    j["traces"].push_back(std::move(summary));
+  }
   j["rl_split"] = nlohmann::json::array();
   const int64_t steps = cfg.quick ? 2 : 20;
   std::vector<std::tuple<std::string, std::string, int64_t, int64_t>> models = {

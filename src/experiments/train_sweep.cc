@@ -16,9 +16,9 @@ namespace mxrl::exp {
 
 namespace {
 struct Timing {
-  double step = 0, weight_quant = 0, act_quant = 0, gemm = 0, optimizer = 0;
+  double step = 0, weight_quant = 0, act_quant = 0, gemm = 0, attention = 0, optimizer = 0;
   int64_t micro_batches = 0;
-  double rest() const { return step - weight_quant - act_quant - gemm - optimizer; }
+  double rest() const { return step - weight_quant - act_quant - gemm - attention - optimizer; }
 };
 
 // The median (by step time) of `reps` steps after one warm-up step.
@@ -34,7 +34,7 @@ Timing time_steps(const ParamTable& init, const std::string& recipe, int64_t bud
   for (int64_t i = 0; i < reps; ++i) {
     const StepResult r = learner.step(batch);
     t.push_back({r.seconds, r.times[Phase::WeightQuant], r.times[Phase::ActQuant], r.times[Phase::Gemm],
-                 r.optimizer_seconds, r.micro_batches});
+                 r.times[Phase::Attention], r.optimizer_seconds, r.micro_batches});
   }
   std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) { return a.step < b.step; });
   return t[t.size() / 2];
@@ -58,9 +58,9 @@ Line fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   return l;
 }
 
-nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(const nlohmann::json&)>& on_result,
-                           const Exec& exec) {
-  if (a.recipes.empty() || a.budgets.empty()) fail("bench train: no recipe or no budget");
+namespace {
+// The preset with random weights and a batch of random tokens (every token a target but the first).
+std::pair<ParamTable, std::vector<Sequence>> bench_model_and_batch(const TrainBenchConfig& a) {
   const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
   ParamTable params(preset_config(a.preset, vocab));
   init_params(params, 0, 0.02f);
@@ -74,6 +74,28 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
     s.target.assign(a.seq_len, 1);
     s.target[0] = 0;
   }
+  return {std::move(params), std::move(batch)};
+}
+}  // namespace
+
+std::string trace_train_step(const TrainBenchConfig& a, const std::string& recipe, const Exec& exec) {
+  auto [params, batch] = bench_model_and_batch(a);
+  LearnerConfig cfg;
+  cfg.recipe.plan = recipe;
+  cfg.micro_batch_tokens = a.budgets.at(0);
+  Learner learner(std::move(params), cfg, exec);
+  learner.step(batch);  // warm-up: the first step allocates and prepares what later ones reuse
+  Timeline timeline;
+  learner.set_timeline(&timeline);
+  learner.step(batch);
+  learner.set_timeline(nullptr);
+  return timeline.to_chrome_json(fmt::format("mxrl train step: {}, {}, {} tokens", a.preset, recipe, a.tokens));
+}
+
+nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(const nlohmann::json&)>& on_result,
+                           const Exec& exec) {
+  if (a.recipes.empty() || a.budgets.empty()) fail("bench train: no recipe or no budget");
+  const auto [params, batch] = bench_model_and_batch(a);
   nlohmann::json j = {{"bench", "train"},  {"preset", a.preset},   {"tokens", a.tokens},
                       {"seq_len", a.seq_len}, {"threads", exec.pool ? exec.pool->size() : 1}, {"params", params.numel()},
                       {"requant_every_microbatch", a.requant_every_microbatch}, {"results", nlohmann::json::array()}};
@@ -91,7 +113,8 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
       const nlohmann::json r = {{"recipe", recipe},          {"budget", b},
                                 {"tokens_per_s", tps},       {"step_s", t.step},
                                 {"weight_quant_s", t.weight_quant}, {"act_quant_s", t.act_quant},
-                                {"gemm_s", t.gemm},          {"optimizer_s", t.optimizer},
+                                {"gemm_s", t.gemm},          {"attention_s", t.attention},
+                                {"optimizer_s", t.optimizer},
                                 {"rest_s", t.rest()},        {"micro_batches", t.micro_batches},
                                 {"ratio_to_first", tps / base[b]}, {"microbatch_s", per_mb},
                                 {"microbatch_tokens", mb_tokens}};

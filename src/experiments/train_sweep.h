@@ -1,6 +1,6 @@
 // Training speed per recipe (bf16, mxfp8) on identical data, with the step
-// split into weight quantization, activation quantization, GEMMs, AdamW and
-// the rest; and the micro-batch sweep that says when MXFP8 pays off.
+// split into weight quantization, activation quantization, GEMMs, attention,
+// AdamW and the rest; and the micro-batch sweep that says when MXFP8 pays off.
 //
 // Sweep: for each micro-batch token budget B, one optimizer step over the
 // same T tokens cut into k = ceil(T / B) micro-batches. The time of one
@@ -38,12 +38,18 @@ Line fit_line(const std::vector<double>& x, const std::vector<double>& y);
 
 // {"bench": "train", "preset", "tokens", "seq_len", "threads", "params", "requant_every_microbatch",
 //  "results": [{"recipe", "budget", "tokens_per_s", "step_s", "weight_quant_s", "act_quant_s", "gemm_s",
-//               "optimizer_s", "rest_s", "micro_batches", "ratio_to_first", "microbatch_s", "microbatch_tokens"}],
+//               "attention_s", "optimizer_s", "rest_s", "micro_batches", "ratio_to_first", "microbatch_s", "microbatch_tokens"}],
 //  and with two or more budgets "fits": {recipe: {"fixed_per_microbatch_s", "per_token_s", "r2"}},
 //  "crossover": {recipe: {"vs", "tokens", "verdict", "measured"}}}.
 // Budgets outer, recipes inner (each ratio compares runs made close in time:
 // this machine drifts by +-20% over a sweep). on_result gets each result.
 nlohmann::json bench_train(const TrainBenchConfig& cfg, const std::function<void(const nlohmann::json&)>& on_result,
                            const Exec& exec = {});
+
+// One training step of `recipe` (after a warm-up step) as Chrome trace-event
+// JSON: the quantization, GEMM, attention, optimizer and allocation phases as
+// spans on each thread, and the whole step on the main thread.
+// Micro-batches of budgets[0] tokens.
+std::string trace_train_step(const TrainBenchConfig& cfg, const std::string& recipe, const Exec& exec = {});
 
 }  // namespace mxrl::exp

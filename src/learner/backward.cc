@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "kernels/ops.h"
 #include "kernels/ops_backward.h"
@@ -189,6 +190,7 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
     lin(L.o, li.o, dx, T.att.data(), n, datt, false);
     std::fill(dk, dk + n * kvd, 0.0f);
     std::fill(dv, dv + n * kvd, 0.0f);
+    std::optional<PhaseTimer> attention_timer(std::in_place, exec.times, Phase::Attention);
     parallel_for(exec.pool, static_cast<int64_t>(seqs.size()), [&](int64_t s0, int64_t s1) {
       for (int64_t s = s0; s < s1; ++s) {
         const auto [start, len] = seqs[s];
@@ -202,6 +204,7 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
         }
       }
     });
+    attention_timer.reset();
     parallel_for(exec.pool, n, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         rope_backward(&dq[i * qd], nq, hd, &rope_cos[i * half], &rope_sin[i * half], exec);

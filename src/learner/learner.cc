@@ -1,6 +1,7 @@
 #include "learner/learner.h"
 
 #include <chrono>
+#include <optional>
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -120,7 +121,11 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
   for (size_t i = 1; i < batch.size(); ++i)
     if (batch[i].weight.empty() == weighted)
       fail("sequences[{}]: loss weights on some sequences of the batch but not on others", i);
-  grads.assign(params_.numel(), 0.0f);
+  r.times.timeline = timeline_;
+  {
+    PhaseTimer t(&r.times, Phase::Alloc);
+    grads.assign(params_.numel(), 0.0f);
+  }
   Exec ex = exec_;
   ex.times = &r.times;
   if (!model_ || cfg_.recipe.requant_every_microbatch) prepare(&r.times);
@@ -135,7 +140,12 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
   std::vector<uint8_t> scored;
   for (size_t mb = 0; mb < mbs.size(); ++mb) {
     if (mb > 0 && cfg_.recipe.requant_every_microbatch) prepare(&r.times);
-    KvCache cache(c);
+    std::optional<KvCache> cache_slot;
+    {
+      PhaseTimer t(&r.times, Phase::Alloc);
+      cache_slot.emplace(c);
+    }
+    KvCache& cache = *cache_slot;
     const TokenBatch b = make_batch(batch, mbs[mb], cache);
     const int64_t n = b.size(), V = c.vocab_size;
     logits.resize(n * V);
@@ -175,10 +185,15 @@ StepResult Learner::step(const std::vector<Sequence>& batch, float temperature) 
   std::vector<float> grads;
   loss_and_grads(batch, grads, &r, temperature);
   const auto t1 = std::chrono::steady_clock::now();
-  r.optim = opt_.step(params_, grads, exec_);
+  {
+    PhaseTimer t(&r.times, Phase::Optimizer);
+    r.optim = opt_.step(params_, grads, exec_);
+  }
   r.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   model_.reset();  // the masters changed: new forward weights on next use
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t2 = std::chrono::steady_clock::now();
+  r.seconds = std::chrono::duration<double>(t2 - t0).count();
+  if (timeline_) timeline_->span("step", t0, t2);
   return r;
 }
 

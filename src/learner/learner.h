@@ -12,6 +12,7 @@
 #include "learner/backward.h"
 #include "learner/optimizer.h"
 #include "model/model.h"
+#include "util/timeline.h"
 
 namespace mxrl {
 
@@ -97,12 +98,15 @@ class Learner {
   const PrecisionPlan& plan() const { return plan_; }
   // Call after changing params() from outside (loading a checkpoint).
   void invalidate() { model_.reset(); }
+  // Record every phase of the following steps as spans on each thread (null: stop).
+  void set_timeline(Timeline* t) { timeline_ = t; }
 
  private:
   void prepare(PhaseTimes* times);
   ParamTable params_;
   LearnerConfig cfg_;
   PrecisionPlan plan_;
+  Timeline* timeline_ = nullptr;
   Exec exec_;
   AdamW opt_;
   std::shared_ptr<const Model> model_;

@@ -325,10 +325,13 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
       write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
     });
-    per_token(exec, n, [&](int64_t i) {
-      attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),
-                        b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, &w.scores[w.score_offset[i]], exec);
-    });
+    {
+      PhaseTimer pt(exec.times, Phase::Attention);
+      per_token(exec, n, [&](int64_t i) {
+        attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),
+                          b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, &w.scores[w.score_offset[i]], exec);
+      });
+    }
     if (t) t->q.assign(q, q + n * c.q_dim()), t->att.assign(att, att + n * c.q_dim());
     L.o.forward(att, n, y, w.scratch, exec);
     add_inplace(x, y, n * H);

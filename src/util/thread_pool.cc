@@ -55,12 +55,15 @@ void ThreadPool::worker_loop(int id) {
     const auto* task = task_;
     const int64_t n = n_;
     const int chunks = chunks_;
+    const TraceContext trace = trace_;
     lk.unlock();
     if (id < chunks) {
       auto [b, e] = chunk_range(n, chunks, id);
+      const auto t0 = trace.timeline ? Timeline::Clock::now() : Timeline::Clock::time_point{};
       t_in_task = true;
       (*task)(b, e);
       t_in_task = false;
+      if (trace.timeline) trace.timeline->span(trace.phase, t0, Timeline::Clock::now());
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       lk.lock();  // pairs with the caller's predicate check under mu_
@@ -81,6 +84,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   {
     std::lock_guard lk(mu_);
     task_ = &fn;
+    trace_ = current_trace();
     n_ = n;
     chunks_ = chunks;
     pending_ = static_cast<int>(workers_.size());

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "util/timeline.h"
+
 namespace mxrl {
 
 class ThreadPool {
@@ -33,6 +35,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t, int64_t)>* task_ = nullptr;
+  TraceContext trace_;  // the caller's: workers record their chunk as a span of its phase
   int64_t n_ = 0;
   int chunks_ = 0;
   // Written under mu_; also read without it while spinning (waking a
