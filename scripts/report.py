@@ -89,7 +89,8 @@ MATCHING = {
     "presets": Opt(Each({"model": STR, "sft_steps": NUM_OR_NULL, "accuracy": NUM_OR_NULL})),  # null: model given
     "rows": [{"preset": STR, "kernels": STR, "label": STR, "tokens": INT, "kl_mean": NUM_OR_NULL, "kl_ci": CI,
               "k3": NUM_OR_NULL, "abs_dlogp_mean": NUM_OR_NULL, "abs_dlogp_max": NUM, "bitwise_equal": BOOL}],
-    "paper": [{"claim": STR, "paper": STR, "preset": STR, "kernels": STR, "ratio": NUM_OR_NULL, "ratio_ci": CI,
+    "paper": [{"claim": STR, "paper": STR, "preset": STR, "kernels": STR, "numerator": STR, "denominator": STR,
+               "ratio": NUM_OR_NULL, "ratio_ci": CI,
                "change_pct": NUM_OR_NULL}],
 }
 TIME = {"generate_s": NUM, "score_s": NUM, "train_s": NUM, "sync_s": NUM, "checks_s": NUM, "step_s": NUM}
@@ -288,8 +289,9 @@ def matching_section(m, rl, out):
                 for name, w in m.get("presets", {}).items()]
         if warm:
             parts.append("Warm starts: " + "; ".join(warm) + ".")
-        parts.append(table(["claim", "preset", "kernels", "paper", "mxrl: ratio [95% CI], change"],
-                           [[p["claim"], p["preset"], p["kernels"], p["paper"], paper_ratio(p)] for p in m["paper"]]))
+        parts.append(table(["claim", "KL of / KL of", "preset", "kernels", "paper", "mxrl: ratio [95% CI], change"],
+                           [[p["claim"], f"{p['numerator']} / {p['denominator']}", p["preset"], p["kernels"], p["paper"],
+                             paper_ratio(p)] for p in m["paper"]]))
         for preset in presets_of(m["rows"]):
             parts.append(f"### {preset}\n\n" + matching_table([r for r in m["rows"] if r["preset"] == preset]))
         if m["rows"]:
@@ -441,6 +443,11 @@ def plot_rl_kl(rl):
             if key == "kl_mean":
                 ax.set_yscale("symlog", linthresh=linthresh, linscale=0.5)
                 ax.set_ylim(bottom=-linthresh / 2)
+                # 0, then the decades above the linear range (the threshold's own tick would sit on 0's).
+                top = ax.get_ylim()[1]
+                decades = [linthresh * 10 ** k for k in range(1, 30) if linthresh * 10 ** k <= top]
+                ax.set_yticks([0.0] + decades)
+                ax.set_yticks([], minor=True)
                 ax.set_title(preset)
                 ax.set_ylabel(f"KL per token (symlog, linear below {linthresh:.0e})")
             else:
@@ -538,26 +545,34 @@ def plot_sweep(sw, recipes):
 
 
 def plot_step_split(split):
+    """Stacked bars per (preset, recipe); one panel per preset, each on its own ms scale (the presets differ 10x+)."""
     segments = [("generate", lambda r: r["generate_s"]), ("score", lambda r: r["score_s"]),
                 ("train", lambda r: r["train_s"]), ("sync (minus checks)", lambda r: r["sync_s"] - r["checks_s"]),
                 ("checks", lambda r: r["checks_s"]),
                 ("other", lambda r: r["step_s"] - r["generate_s"] - r["score_s"] - r["train_s"] - r["sync_s"])]
-    names = [f"{r['preset']}\n{r['recipe']} / {r['sampler']} sampler" for r in split]
-    fig, ax = plt.subplots(figsize=(8, max(2.4, 0.5 * len(split) + 1.2)))
-    left = [0.0] * len(split)
-    for i, (name, value) in enumerate(segments):
-        widths = [max(0.0, value(r)) * 1e3 for r in split]
-        if name == "other" and not any(w > 1e-9 for w in widths):
-            continue
-        ax.barh(range(len(split)), widths, left=left, color=f"C{i}" if name != "other" else "0.75", label=name)
-        left = [a + b for a, b in zip(left, widths)]
-    ax.set_yticks(range(len(split)), names, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per RL step (mean)")
-    ax.set_title("Where an RL step's time goes")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-    fig.tight_layout()
+    presets = list(dict.fromkeys(r["preset"] for r in split))
+    groups = [[r for r in split if r["preset"] == p] for p in presets]
+    fig, axes = plt.subplots(len(groups), 1, squeeze=False,
+                             figsize=(8, max(2.4, 0.45 * len(split) + 0.9 * len(groups) + 0.6)),
+                             gridspec_kw={"height_ratios": [len(g) for g in groups]})
+    shown = {}
+    for ax, preset, rows in zip(axes[:, 0], presets, groups):
+        left = [0.0] * len(rows)
+        for i, (name, value) in enumerate(segments):
+            widths = [max(0.0, value(r)) * 1e3 for r in rows]
+            if name == "other" and not any(w > 1e-9 for w in widths):
+                continue
+            shown[name] = ax.barh(range(len(rows)), widths, left=left,
+                                  color=f"C{i}" if name != "other" else "0.75", label=name)
+            left = [a + b for a, b in zip(left, widths)]
+        ax.set_yticks(range(len(rows)), [f"{r['recipe']} / {r['sampler']} sampler" for r in rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(preset, fontsize=9, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms per RL step (mean)")
+    fig.suptitle("Where an RL step's time goes")
+    fig.legend(shown.values(), shown.keys(), loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
     return fig
 
 

@@ -138,7 +138,11 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
     const double dfix = f.a - bf.a, dtok = bf.b - f.b;  // extra fixed cost, per-token saving
     std::string verdict;
     double cross = -1;
-    if (dtok > 0 && dfix > 0)
+    if (bf.a < 0 || f.a < 0)
+      verdict = fmt::format("none resolved on this backend: the fit of {} has a negative fixed cost (its per-token "
+                            "cost grows with B), so a crossover from the fit would be an artefact",
+                            bf.a < 0 ? first : name);
+    else if (dtok > 0 && dfix > 0)
       cross = dfix / dtok,
       verdict = fmt::format("{} is cheaper than {} from B = {:.0f} tokens per micro-batch", name, first, cross);
     else if (dtok > 0)
