@@ -46,6 +46,18 @@ void attention_forward(float* out, const float* q, const float* k, const float* 
                        int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
                        float* scores, const Exec& exec = {});
 
+// The same for a run of T query tokens of one sequence at positions p0 ..
+// p0+T-1 (token t attends to keys 0 .. p0+t), restricted to the heads of KV
+// group g (heads g*G .. g*G+G-1, G = heads/kv_heads): q and out are [T, heads,
+// hd], row t of each token at t*heads*hd; the other heads' outputs are not
+// touched. Bit for bit attention_forward per token, so runs and groups can be
+// cut across threads in any way. The AVX-512 kernel transposes the group's keys
+// once per call into 16-key chunks and computes 16 dot products per vector,
+// each still a sequential fma in d order.
+void attention_forward_group(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+                             int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale,
+                             const Exec& exec = {});
+
 // In place over rows of n: softmax (max-subtracted, exp_f, canonical sum, division).
 void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec = {});
 // log p(target) for each row of logits[rows, n]:

@@ -57,6 +57,16 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd,
                         float scale, float* scores, const Exec& exec = {});
 
+// attention_backward for a run of T query tokens of one sequence at positions
+// p0 .. p0+T-1 (token t sees keys 0 .. p0+t), restricted to KV group g's heads:
+// dq/dout/q [T, heads, hd] (other heads' dq untouched); dk/dv accumulated in
+// the group's columns only, token t ascending, then head ascending: bit for bit
+// attention_backward per token in order, so (sequence, group) pairs can be cut
+// across threads.
+void attention_backward_group(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T,
+                              int64_t p0, const float* k, const float* v, int64_t kv_stride, int64_t heads,
+                              int64_t kv_heads, int64_t hd, int64_t g, float scale, const Exec& exec = {});
+
 // Forward: out[r] = log_softmax(logits[r, :])[targets[r]], logits[rows, n].
 //   dlogits[r, i] = dlogp[r] * ([i == targets[r]] - exp_f(logits[r, i] - lse_r))   written
 // lse_r = max + log(canonical sum of exp_f(x - max)), the forward's own logsumexp.

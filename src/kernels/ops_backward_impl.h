@@ -66,55 +66,76 @@ void swiglu_backward_impl(float* dgate, float* dup, const float* dh, const float
   }
 }
 
+// One query head h (of KV group g): dq_h written, dk_j and dv_j (j < npos, at
+// dk + j*kv_stride + g*hd) accumulated. kg/vg/dkg/dvg are offset to the group.
+void attention_backward_head_impl(float* dqh, float* dkg, float* dvg, const float* doh, const float* qh,
+                                  const float* kg, const float* vg, int64_t npos, int64_t kv_stride, int64_t hd,
+                                  float scale, float* scores) {
+  // p, bit for bit as attention_forward (the same function).
+  attention_probs_impl(scores, qh, kg, npos, kv_stride, hd, scale);
+  // dp_j = dot_seq(dout_h, v_j) (each in d order), 16 keys side by side.
+  constexpr int64_t kChunk = 16;
+  float dp[kChunk];
+  auto dp_chunk = [&](int64_t j0, int64_t nj) {
+    for (int64_t j = 0; j < nj; ++j) dp[j] = 0.0f;
+    for (int64_t d = 0; d < hd; ++d)
+      for (int64_t j = 0; j < nj; ++j) dp[j] = __builtin_fmaf(doh[d], vg[(j0 + j) * kv_stride + d], dp[j]);
+  };
+  // Pass 1: D = sum_j p_j dp_j (in j order), and dv_j += p_j * dout_h.
+  float dsum = 0.0f;
+  for (int64_t j0 = 0; j0 < npos; j0 += kChunk) {
+    const int64_t nj = std::min(kChunk, npos - j0);
+    dp_chunk(j0, nj);
+    for (int64_t j = 0; j < nj; ++j) {
+      float* dvj = dvg + (j0 + j) * kv_stride;
+      const float p = scores[j0 + j];
+      dsum = __builtin_fmaf(p, dp[j], dsum);
+      for (int64_t d = 0; d < hd; ++d) dvj[d] = __builtin_fmaf(p, doh[d], dvj[d]);
+    }
+  }
+  // Pass 2: ds_j = p_j (dp_j - D) (dp_j recomputed, identical), dq_h and dk_j.
+  for (int64_t d = 0; d < hd; ++d) dqh[d] = 0.0f;
+  for (int64_t j0 = 0; j0 < npos; j0 += kChunk) {
+    const int64_t nj = std::min(kChunk, npos - j0);
+    dp_chunk(j0, nj);
+    for (int64_t j = 0; j < nj; ++j) {
+      const float* kj = kg + (j0 + j) * kv_stride;
+      float* dkj = dkg + (j0 + j) * kv_stride;
+      const float ds = scores[j0 + j] * (dp[j] - dsum);
+      const float sds = scale * ds;
+      for (int64_t d = 0; d < hd; ++d) {
+        dqh[d] = __builtin_fmaf(ds, kj[d], dqh[d]);
+        dkj[d] = __builtin_fmaf(sds, qh[d], dkj[d]);
+      }
+    }
+  }
+  for (int64_t d = 0; d < hd; ++d) dqh[d] = dqh[d] * scale;
+}
+
 void attention_backward_impl(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd,
-                        float scale, float* scores) {
+                             const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads,
+                             int64_t hd, float scale, float* scores) {
   const int64_t group = heads / kv_heads;
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / group;
-    const float* qh = q + h * hd;
-    const float* doh = dout + h * hd;
-    float* dqh = dq + h * hd;
-    // p, bit for bit as attention_forward (the same function).
-    attention_probs_impl(scores, qh, k + g * hd, npos, kv_stride, hd, scale);
-    // dp_j = dot_seq(dout_h, v_j) (each in d order), 16 keys side by side.
-    constexpr int64_t kChunk = 16;
-    float dp[kChunk];
-    auto dp_chunk = [&](int64_t j0, int64_t nj) {
-      for (int64_t j = 0; j < nj; ++j) dp[j] = 0.0f;
-      for (int64_t d = 0; d < hd; ++d)
-        for (int64_t j = 0; j < nj; ++j) dp[j] = __builtin_fmaf(doh[d], v[(j0 + j) * kv_stride + g * hd + d], dp[j]);
-    };
-    // Pass 1: D = sum_j p_j dp_j (in j order), and dv_j += p_j * dout_h.
-    float dsum = 0.0f;
-    for (int64_t j0 = 0; j0 < npos; j0 += kChunk) {
-      const int64_t nj = std::min(kChunk, npos - j0);
-      dp_chunk(j0, nj);
-      for (int64_t j = 0; j < nj; ++j) {
-        float* dvj = dv + (j0 + j) * kv_stride + g * hd;
-        const float p = scores[j0 + j];
-        dsum = __builtin_fmaf(p, dp[j], dsum);
-        for (int64_t d = 0; d < hd; ++d) dvj[d] = __builtin_fmaf(p, doh[d], dvj[d]);
-      }
-    }
-    // Pass 2: ds_j = p_j (dp_j - D) (dp_j recomputed, identical), dq_h and dk_j.
-    for (int64_t d = 0; d < hd; ++d) dqh[d] = 0.0f;
-    for (int64_t j0 = 0; j0 < npos; j0 += kChunk) {
-      const int64_t nj = std::min(kChunk, npos - j0);
-      dp_chunk(j0, nj);
-      for (int64_t j = 0; j < nj; ++j) {
-        const float* kj = k + (j0 + j) * kv_stride + g * hd;
-        float* dkj = dk + (j0 + j) * kv_stride + g * hd;
-        const float ds = scores[j0 + j] * (dp[j] - dsum);
-        const float sds = scale * ds;
-        for (int64_t d = 0; d < hd; ++d) {
-          dqh[d] = __builtin_fmaf(ds, kj[d], dqh[d]);
-          dkj[d] = __builtin_fmaf(sds, qh[d], dkj[d]);
-        }
-      }
-    }
-    for (int64_t d = 0; d < hd; ++d) dqh[d] = dqh[d] * scale;
+    attention_backward_head_impl(dq + h * hd, dk + g * hd, dv + g * hd, dout + h * hd, q + h * hd, k + g * hd,
+                                 v + g * hd, npos, kv_stride, hd, scale, scores);
   }
+}
+
+// A run of T query tokens at positions p0 .. p0+T-1, the heads of KV group g
+// only: per token ascending, per head ascending, attention_backward_head_impl.
+void attention_backward_group_impl(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T,
+                                   int64_t p0, const float* k, const float* v, int64_t kv_stride, int64_t heads,
+                                   int64_t kv_heads, int64_t hd, int64_t g, float scale) {
+  const int64_t group = heads / kv_heads;
+  std::vector<float> scores(p0 + T);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t r = (t * heads + h) * hd;
+      attention_backward_head_impl(dq + r, dk + g * hd, dv + g * hd, dout + r, q + r, k + g * hd, v + g * hd,
+                                   p0 + t + 1, kv_stride, hd, scale, scores.data());
+    }
 }
 
 void log_softmax_gather_backward_impl(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
@@ -173,7 +194,7 @@ void moe_route_backward_impl(float* dlogits, const float* logits, const int32_t*
 constexpr OpsBackwardKernels kOpsBackward = {embedding_backward_impl, rmsnorm_backward_impl, rope_backward_impl,
                                              swiglu_backward_impl,    attention_backward_impl,
                                              log_softmax_gather_backward_impl, softmax_backward_impl,
-                                             moe_route_backward_impl};
+                                             moe_route_backward_impl, attention_backward_group_impl};
 
 }  // namespace
 }  // namespace mxrl::detail

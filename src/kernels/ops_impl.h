@@ -63,21 +63,39 @@ void attention_probs_impl(float* p, const float* qh, const float* kg, int64_t np
   for (int64_t j = 0; j < npos; ++j) p[j] = p[j] / denom;
 }
 
+// One query head: oh[hd] = sum_j p_j v_j (sequential fma over j) with p from
+// attention_probs_impl; vg = v + g*hd, the head's KV group.
+void attention_head_impl(float* oh, const float* qh, const float* kg, const float* vg, int64_t npos, int64_t kv_stride,
+                         int64_t hd, float scale, float* scores) {
+  attention_probs_impl(scores, qh, kg, npos, kv_stride, hd, scale);
+  for (int64_t d = 0; d < hd; ++d) oh[d] = 0.0f;
+  for (int64_t j = 0; j < npos; ++j) {
+    const float* vj = vg + j * kv_stride;
+    const float p = scores[j];
+    for (int64_t d = 0; d < hd; ++d) oh[d] = __builtin_fmaf(p, vj[d], oh[d]);
+  }
+}
+
 void attention_impl(float* out, const float* q, const float* k, const float* v, int64_t npos,
                     int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
                     float* scores) {
   const int64_t group = heads / kv_heads;
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / group;
-    attention_probs_impl(scores, q + h * hd, k + g * hd, npos, kv_stride, hd, scale);
-    float* oh = out + h * hd;
-    for (int64_t d = 0; d < hd; ++d) oh[d] = 0.0f;
-    for (int64_t j = 0; j < npos; ++j) {
-      const float* vj = v + j * kv_stride + g * hd;
-      const float p = scores[j];
-      for (int64_t d = 0; d < hd; ++d) oh[d] = __builtin_fmaf(p, vj[d], oh[d]);
-    }
+    attention_head_impl(out + h * hd, q + h * hd, k + g * hd, v + g * hd, npos, kv_stride, hd, scale, scores);
   }
+}
+
+// A run of T query tokens at positions p0 .. p0+T-1 of one sequence, the heads
+// of KV group g only: per token, per head ascending, attention_head_impl.
+void attention_group_impl(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+                          int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale) {
+  const int64_t group = heads / kv_heads;
+  std::vector<float> scores(p0 + T);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      attention_head_impl(out + (t * heads + h) * hd, q + (t * heads + h) * hd, k + g * hd, v + g * hd, p0 + t + 1,
+                          kv_stride, hd, scale, scores.data());
 }
 
 void softmax_impl(float* x, int64_t rows, int64_t n) {
@@ -98,8 +116,8 @@ float logsumexp_impl(const float* x, int64_t n) {
   return m + std::log(lane_tree(acc));
 }
 
-constexpr OpsKernels kOps = {rmsnorm_impl, rope_impl,      swiglu_impl,         attention_impl,
-                             softmax_impl, logsumexp_impl, attention_probs_impl};
+constexpr OpsKernels kOps = {rmsnorm_impl,   rope_impl,      swiglu_impl,          attention_impl,
+                             softmax_impl,   logsumexp_impl, attention_probs_impl, attention_group_impl};
 
 }  // namespace
 }  // namespace mxrl::detail

@@ -18,6 +18,9 @@ struct OpsKernels {
   // attention_backward); kg = k + g*hd, the head's KV group.
   void (*attention_probs)(float* p, const float* qh, const float* kg, int64_t npos, int64_t kv_stride, int64_t hd,
                           float scale);
+  // attention_forward_group (kernels/ops.h).
+  void (*attention_group)(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+                          int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale);
 };
 
 // The backward ops (kernels/ops_backward.h), one entry each.
@@ -35,6 +38,10 @@ struct OpsBackwardKernels {
   void (*softmax)(float* dx, const float* y, const float* dy, int64_t rows, int64_t n);
   void (*moe_route)(float* dlogits, const float* logits, const int32_t* experts, const float* dweights,
                     int64_t rows, int64_t num_experts, int64_t k, bool renormalize);
+  // attention_backward_group (kernels/ops_backward.h).
+  void (*attention_group)(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T, int64_t p0,
+                          const float* k, const float* v, int64_t kv_stride, int64_t heads, int64_t kv_heads,
+                          int64_t hd, int64_t g, float scale);
 };
 
 extern const OpsKernels kOpsScalar;
@@ -42,6 +49,8 @@ extern const OpsBackwardKernels kOpsBackwardScalar;
 #if defined(__x86_64__)
 extern const OpsKernels kOpsAvx512;
 extern const OpsBackwardKernels kOpsBackwardAvx512;
+// exp_f on 16 lanes (kernels/math_avx512.h) over an array, for the tests.
+void exp_avx512(float* y, const float* x, int64_t n);
 #endif
 const OpsKernels& ops_kernels(Backend b);  // b resolved with resolve_backend
 const OpsBackwardKernels& ops_backward_kernels(Backend b);

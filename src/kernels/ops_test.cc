@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -149,6 +150,67 @@ TEST(Ops, SwigluIsSiluTimesUp) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(h[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
 }
 
+
+// The attention of a run of tokens, one KV group at a time, on every backend,
+// equals the scalar per-token reference bit for bit: head sizes on and off the
+// 16-lane path, grouped heads, runs that start mid-sequence, and scores that
+// reach exp_f's limits, NaN and infinity.
+TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
+  std::vector<const detail::OpsKernels*> tables = {&detail::kOpsScalar};
+  if (cpu_features().avx512) tables.push_back(&detail::kOpsAvx512);
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0, 1);
+  struct Case { int64_t heads, kvh, hd, T, p0; float scale; int special; };
+  const Case cases[] = {{4, 2, 32, 37, 0, 0.18f, 0},  {8, 2, 32, 1, 40, 0.18f, 0}, {2, 2, 128, 20, 3, 0.09f, 0},
+                        {6, 3, 48, 9, 5, 0.14f, 0},   {4, 1, 16, 33, 0, 40.0f, 0}, {4, 2, 64, 17, 1, 0.13f, 1},
+                        {4, 2, 32, 16, 16, 0.2f, 2}, {2, 1, 16, 3, 0, 0.25f, 3}};
+  for (const Case& cs : cases) {
+    const int64_t n = cs.p0 + cs.T, stride = cs.kvh * cs.hd, qd = cs.heads * cs.hd;
+    std::vector<float> q(cs.T * qd), k(n * stride), v(n * stride);
+    for (auto* b : {&q, &k, &v})
+      for (auto& x : *b) x = nd(rng);
+    if (cs.special == 1) q[qd + 5] = NAN;                // one token's head: all NaN
+    if (cs.special == 2) k[7 * stride + 3] = INFINITY;  // inf * q: +-inf scores, NaN after max-subtraction
+    if (cs.special == 3) v[1 * stride] = -INFINITY;
+    std::vector<float> ref(cs.T * qd), scores(n);
+    for (int64_t t = 0; t < cs.T; ++t)
+      detail::kOpsScalar.attention(&ref[t * qd], &q[t * qd], k.data(), v.data(), cs.p0 + t + 1, stride, cs.heads,
+                                   cs.kvh, cs.hd, cs.scale, scores.data());
+    for (const auto* tab : tables) {
+      std::vector<float> out(cs.T * qd, 7.0f);
+      for (int64_t g = 0; g < cs.kvh; ++g)
+        tab->attention_group(out.data(), q.data(), cs.T, cs.p0, k.data(), v.data(), stride, cs.heads, cs.kvh, cs.hd,
+                             g, cs.scale);
+      for (size_t i = 0; i < out.size(); ++i)
+        ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i]))
+            << (tab == &detail::kOpsScalar ? "scalar" : "avx512") << " hd " << cs.hd << " T " << cs.T << " p0 "
+            << cs.p0 << " at " << i;
+    }
+  }
+}
+
+// exp16 (kernels/math_avx512.h) equals exp_f lane by lane on every class of
+// input: both range limits, the subnormal results, the power-of-two splits,
+// NaN (payload and sign kept) and infinities, and a sweep of every exponent.
+TEST(OpsBackends, Exp16EqualsExpF) {
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283935546875f, 88.7228f, 88.73f, -103.972084045410f,
+                          -103.97f, -103.98f, -87.3f, -88.0f, -100.0f, 87.5f, 88.5f, INFINITY, -INFINITY, NAN,
+                          -NAN, 1e-30f, -1e-30f, 1e-45f};
+  uint32_t nan_payload = 0x7FA00001u;  // a signalling NaN: returned as is, as the scalar does
+  float snan;
+  std::memcpy(&snan, &nan_payload, 4);
+  x.push_back(snan);
+  for (uint32_t bits = 0; bits < 0xFFFFFFFFu - 0x00012345u; bits += 0x00012345u) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  for (float f = -104.0f; f < 89.0f; f += 0.0137f) x.push_back(f);
+  std::vector<float> y(x.size());
+  detail::exp_avx512(y.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(f32_bits(y[i]), f32_bits(exp_f(x[i]))) << "x = " << x[i];
+}
 
 // The AVX-512 build of every op agrees bit for bit with the baseline build.
 TEST(OpsBackends, Avx512BuildMatchesScalarBuild) {

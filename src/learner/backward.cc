@@ -125,10 +125,6 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
   w.dq.resize(n * qd), w.dk.resize(n * kvd), w.dv.resize(n * kvd), w.datt.resize(n * qd);
   w.dq_raw.resize(n * qd), w.dk_raw.resize(n * kvd);
   float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data(), *datt = w.datt.data();
-  w.score_offset.resize(seqs.size() + 1);
-  w.score_offset[0] = 0;
-  for (size_t s = 0; s < seqs.size(); ++s) w.score_offset[s + 1] = w.score_offset[s] + seqs[s].second;
-  w.scores.resize(w.score_offset.back());
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const PreparedLayer& L = model.layer(l);
     const LayerIndex& li = layout.layer(l);
@@ -191,17 +187,14 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
     std::fill(dk, dk + n * kvd, 0.0f);
     std::fill(dv, dv + n * kvd, 0.0f);
     std::optional<PhaseTimer> attention_timer(std::in_place, exec.times, Phase::Attention);
-    parallel_for(exec.pool, static_cast<int64_t>(seqs.size()), [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) {
-        const auto [start, len] = seqs[s];
+    // One work item per (sequence, KV group): each owns its group's columns of dk/dv.
+    parallel_for(exec.pool, static_cast<int64_t>(seqs.size()) * nkv, [&](int64_t a, int64_t e) {
+      for (int64_t it = a; it < e; ++it) {
+        const auto [start, len] = seqs[it / nkv];
         const int slot = b.slot[start];
-        float* scores = &w.scores[w.score_offset[s]];  // [len], this sequence's own
-        for (int64_t p = 0; p < len; ++p) {
-          const int64_t i = start + p;
-          attention_backward(&dq[i * qd], &dk[start * kvd], &dv[start * kvd], &datt[i * qd], &T.q[i * qd],
-                             cache.k(slot, l, 0), cache.v(slot, l, 0), p + 1, kvd, nq, nkv, hd, scale,
-                             scores, exec);
-        }
+        attention_backward_group(&dq[start * qd], &dk[start * kvd], &dv[start * kvd], &datt[start * qd],
+                                 &T.q[start * qd], len, 0, cache.k(slot, l, 0), cache.v(slot, l, 0), kvd, nq, nkv,
+                                 hd, it % nkv, scale, exec);
       }
     });
     attention_timer.reset();

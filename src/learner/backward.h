@@ -44,8 +44,6 @@ struct BackwardWorkspace {
   std::vector<float> dh, dg, du;                // an MLP's [m, F]
   std::vector<float> dweights, dye, dxe, dlog, probs, aux_grad, daux;  // MoE
   std::vector<double> count, psum;              // MoE aux loss statistics [E]
-  std::vector<float> scores;                    // attention, a range per sequence
-  std::vector<int64_t> score_offset;
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (first row, length)
 };
 

@@ -287,10 +287,18 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
   w.x.resize(n * H), w.xn.resize(n * H), w.y.resize(n * H);
   w.q.resize(n * c.q_dim()), w.att.resize(n * c.q_dim()), w.k.resize(n * c.kv_dim()), w.v.resize(n * c.kv_dim());
   w.rope_cos.resize(n * half), w.rope_sin.resize(n * half);
-  w.score_offset.resize(n + 1);
-  w.score_offset[0] = 0;
-  for (int64_t i = 0; i < n; ++i) w.score_offset[i + 1] = w.score_offset[i] + b.pos[i] + 1;  // a range per token
-  w.scores.resize(w.score_offset[n]);
+  // Runs: maximal stretches of consecutive tokens of one slot at consecutive positions.
+  w.runs.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!w.runs.empty()) {
+      auto& [start, len] = w.runs.back();
+      if (b.slot[start] == b.slot[i] && b.pos[start] + len == b.pos[i] && start + len == i) {
+        ++len;
+        continue;
+      }
+    }
+    w.runs.push_back({i, 1});
+  }
   const bool fp8_kv = model.plan().fp8_kv_cache;
   if (fp8_kv) w.kv_codes.resize(n * c.kv_dim()), w.kv_scales.resize(n * nkv);
   float *x = w.x.data(), *xn = w.xn.data(), *y = w.y.data(), *q = w.q.data(), *k = w.k.data(), *v = w.v.data();
@@ -327,9 +335,14 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     });
     {
       PhaseTimer pt(exec.times, Phase::Attention);
-      per_token(exec, n, [&](int64_t i) {
-        attention_forward(&att[i * c.q_dim()], &q[i * c.q_dim()], cache.k(b.slot[i], l, 0), cache.v(b.slot[i], l, 0),
-                          b.pos[i] + 1, c.kv_dim(), nq, nkv, hd, scale, &w.scores[w.score_offset[i]], exec);
+      // One work item per (run of a slot's consecutive tokens, KV group).
+      parallel_for(exec.pool, static_cast<int64_t>(w.runs.size()) * nkv, [&](int64_t a, int64_t e) {
+        for (int64_t it = a; it < e; ++it) {
+          const auto [i0, len] = w.runs[it / nkv];
+          const int s = b.slot[i0];
+          attention_forward_group(&att[i0 * c.q_dim()], &q[i0 * c.q_dim()], len, b.pos[i0], cache.k(s, l, 0),
+                                  cache.v(s, l, 0), c.kv_dim(), nq, nkv, hd, it % nkv, scale, exec);
+        }
       });
     }
     if (t) t->q.assign(q, q + n * c.q_dim()), t->att.assign(att, att + n * c.q_dim());

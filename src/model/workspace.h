@@ -5,6 +5,7 @@
 // every call; nothing in it outlives the call.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace mxrl {
@@ -14,8 +15,7 @@ struct ForwardWorkspace {
   std::vector<float> x, xn, q, k, v, att, y;
   std::vector<float> scratch;             // a linear's quantized activations
   std::vector<float> rope_cos, rope_sin;  // [n, head_dim / 2]
-  std::vector<float> scores;              // attention scores, a disjoint range per token
-  std::vector<int64_t> score_offset;      // [n + 1]
+  std::vector<std::pair<int64_t, int64_t>> runs;  // attention: (first token, length) per run of a slot
   std::vector<uint8_t> kv_codes;          // FP8 KV cache: each token's codes [n, kv_dim]
   std::vector<float> kv_scales;           // and per-head scales [n, kv_heads]
   // MLP and MoE.
