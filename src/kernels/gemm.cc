@@ -7,7 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
 #include <xxhash.h>
+
+#include <atomic>
+#include <cstdio>
 
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -28,6 +32,123 @@ namespace detail {
 const GemmKernels& gemm_kernels(Backend b) {
   return backend_table(b, kGemmScalar, MXRL_AVX512(kGemmAvx512));
 }
+
+float bf16_dot_daz(float x) {
+  const uint32_t b = f32_bits(x);
+  return (b & 0x7F800000u) == 0 ? f32_from_bits(b & 0x80000000u) : x;
+}
+
+float bf16_dot_round(float x) {
+  const uint32_t b = f32_bits(x);
+  if ((b & 0x7F800000u) == 0) return f32_from_bits(b & 0x80000000u);
+  if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu) != 0) return f32_from_bits((b | 0x00400000u) & 0xFFFF0000u);
+  return f32_from_bits((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);
+}
+
+float bf16_dot_step(float acc, float x, float w) {
+  return bf16_dot_daz(std::fma(bf16_dot_daz(x), bf16_dot_daz(w), bf16_dot_daz(acc)));
+}
+
+namespace {
+std::atomic<int> g_pair_kernel{static_cast<int>(PairKernel::Auto)};
+
+uint16_t bf16_hi(float v) { return static_cast<uint16_t>(f32_bits(v) >> 16); }
+
+std::string run_self_test() {
+#if defined(__x86_64__)
+  if (!cpu_features().avx512_bf16) return "no AVX512_BF16";
+  // 16 lanes per vector: fixed cases first (pair order, denormal operands,
+  // accumulators and results, NaN, infinities), then pseudo-random BF16 values
+  // over the whole exponent range.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  auto rnd_bf16 = [&](int lo_exp, int hi_exp) {
+    const uint64_t r = next();
+    const uint32_t e = static_cast<uint32_t>(lo_exp + static_cast<int>(r % static_cast<uint64_t>(hi_exp - lo_exp + 1)));
+    return static_cast<uint16_t>(((r >> 20) & 0x8000u) | (e << 7) | ((r >> 32) & 0x7Fu));
+  };
+  const float fixed_x[][4] = {
+      // {acc, x0, w1, x1} with w0 = 1: the even element's product is x0, the odd one's x1 * w1.
+      // Order-sensitive sums: (acc + p1) + p0 differs from (acc + p0) + p1.
+      {0x1p25f, 1.0f, 1.0f, -0x1p25f},        {-0x1p24f, -1.0f, 1.0f, 0x1p24f},
+      {0x1p24f, 1.0f, 1.0f, -0x1p24f},        {0.0f, 0x1p-130f, 1.0f, 0x1p-126f},  // denormal operand
+      {0x1p-130f, 1.0f, 0x1p-120f, 0.0f},     {0x1p-126f, -0x1p-127f, 1.0f, 0.0f}, // denormal result
+      {0.0f, 0x1p-70f, 0x1p-60f, 0.0f},       {NAN, 1.0f, 1.0f, 1.0f},
+      {INFINITY, -INFINITY, 1.0f, 1.0f},      {1.0f, INFINITY, 0.0f, 1.0f},
+      {-0.0f, -0.0f, 1.0f, 0.0f},             {3.0f, 1.00390625f, 1.00390625f, -1.0f},
+      {0x1.000002p0f, 0x1p-24f, 1.0f, 0x1p-24f}, {-0x1p-126f, 0x1.8p-127f, 1.0f, 0.0f},
+      {1e30f, 1e30f, 1e10f, -1.0f},           {0x1p-126f, -0x1p-126f, 1.0f, 0x1p-140f},
+  };
+  std::string failure;
+  for (int round = 0; round < 64 && failure.empty(); ++round) {
+    alignas(64) float acc[16], ref[16];
+    alignas(64) uint32_t a[16], b[16];
+    for (int l = 0; l < 16; ++l) {
+      float ac, x0, w0, x1, w1;
+      if (round == 0) {
+        ac = fixed_x[l][0], x0 = fixed_x[l][1], w0 = 1.0f, x1 = fixed_x[l][3], w1 = fixed_x[l][2];
+        x0 = f32_from_bits(f32_bits(x0) & 0xFFFF0000u), x1 = f32_from_bits(f32_bits(x1) & 0xFFFF0000u);
+        w1 = f32_from_bits(f32_bits(w1) & 0xFFFF0000u);
+      } else {
+        const int lo = round % 4 == 0 ? 0 : round % 4 == 1 ? 1 : 60, hi = round % 4 == 1 ? 8 : 195;
+        x0 = bf16_to_f32(rnd_bf16(lo, hi)), x1 = bf16_to_f32(rnd_bf16(lo, hi));
+        w0 = bf16_to_f32(rnd_bf16(lo, hi)), w1 = bf16_to_f32(rnd_bf16(lo, hi));
+        ac = f32_from_bits(static_cast<uint32_t>(next()) & (round % 3 == 0 ? 0x807FFFFFu : 0xBFFFFFFFu));
+      }
+      acc[l] = ac;
+      a[l] = uint32_t(bf16_hi(x1)) << 16 | bf16_hi(x0);
+      b[l] = uint32_t(bf16_hi(w1)) << 16 | bf16_hi(w0);
+      ref[l] = bf16_dot_step(bf16_dot_step(ac, x1, w1), x0, w0);
+    }
+    bf16_dot_instruction(acc, a, b);
+    for (int l = 0; l < 16 && failure.empty(); ++l) {
+      const bool both_nan = std::isnan(acc[l]) && std::isnan(ref[l]);
+      if (!both_nan && f32_bits(acc[l]) != f32_bits(ref[l]))
+        failure = fmt::format("VDPBF16PS gave 0x{:08X} where the contract says 0x{:08X} (round {}, lane {})",
+                              f32_bits(acc[l]), f32_bits(ref[l]), round, l);
+    }
+  }
+  for (int round = 0; round < 32 && failure.empty(); ++round) {
+    alignas(64) float x[32];
+    alignas(64) uint16_t out[32];
+    const float special[] = {0x1p-130f, -0x1p-140f, NAN, -INFINITY, 0x1.0081p0f, 0x1.0180p0f, 0x1.0080p0f,
+                             3.4028235e38f, -0.0f, 0x1.fffffep-127f};
+    for (int l = 0; l < 32; ++l)
+      x[l] = round == 0 && l < 10 ? special[l] : f32_from_bits(static_cast<uint32_t>(next()));
+    bf16_convert_instruction(x, out);
+    for (int l = 0; l < 32 && failure.empty(); ++l)
+      if (out[l] != bf16_hi(bf16_dot_round(x[l])))
+        failure = fmt::format("VCVTNE2PS2BF16 gave 0x{:04X} for 0x{:08X}, the contract says 0x{:04X}", out[l],
+                              f32_bits(x[l]), bf16_hi(bf16_dot_round(x[l])));
+  }
+  return failure.empty() ? "passed" : "failed: " + failure;
+#else
+  return "no AVX512_BF16";
+#endif
+}
+}  // namespace
+
+const std::string& bf16_dot_self_test() {
+  static const std::string verdict = [] {
+    std::string v = run_self_test();
+    if (v.rfind("failed", 0) == 0)
+      std::fprintf(stderr, "mxrl: the BF16 dot-product self-test %s; BF16 and MX GEMMs use the FMA path\n",
+                   v.c_str());
+    return v;
+  }();
+  return verdict;
+}
+
+PairKernel gemm_pair_kernel() {
+  const auto k = static_cast<PairKernel>(g_pair_kernel.load(std::memory_order_relaxed));
+  const bool dot_ok = bf16_dot_self_test() == "passed";
+  return k != PairKernel::Fma && dot_ok ? PairKernel::Dot : PairKernel::Fma;
+}
+
+void set_gemm_pair_kernel(PairKernel k) { g_pair_kernel.store(static_cast<int>(k), std::memory_order_relaxed); }
 }  // namespace detail
 
 namespace {
@@ -251,12 +372,22 @@ void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec
 void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y) {
   validate(w, "gemm_reference");
   if (m < 0) fail("gemm_reference: negative row count {}", m);
-  std::vector<float> wrow(static_cast<size_t>(w.k));
+  const bool pairs = detail::pair_contract(w.fmt);
+  const int64_t K = w.k, K2 = (K + 1) / 2 * 2;  // the pair chain pads K with a zero
+  std::vector<float> wrow(static_cast<size_t>(K2), 0.0f), xrow(static_cast<size_t>(K2), 0.0f);
   for (int64_t n = 0; n < w.n; ++n) {
-    for (int64_t k = 0; k < w.k; ++k) wrow[k] = weight_value(w, n, k);
+    for (int64_t k = 0; k < K; ++k) wrow[k] = pairs ? detail::bf16_dot_daz(weight_value(w, n, k)) : weight_value(w, n, k);
     for (int64_t r = 0; r < m; ++r) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < w.k; ++k) acc = std::fma(x[r * w.k + k], wrow[k], acc);
+      if (pairs) {
+        for (int64_t k = 0; k < K; ++k) xrow[k] = detail::bf16_dot_round(x[r * K + k]);
+        for (int64_t k = 0; k < K2; k += 2) {
+          acc = detail::bf16_dot_step(acc, xrow[k + 1], wrow[k + 1]);
+          acc = detail::bf16_dot_step(acc, xrow[k], wrow[k]);
+        }
+      } else {
+        for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * K + k], wrow[k], acc);
+      }
       y[r * w.n + n] = canonical(acc);
     }
   }

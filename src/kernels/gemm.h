@@ -2,18 +2,30 @@
 // FP32, with W[N, K] stored as FP32, BF16, MX (element codes + E8M0 row-block
 // scales) or an FP8 grid (codes + FP32 group scales).
 //
-// Contract (batch invariance, BRIEF §5): every output is computed as
-//   y = 0; for k = 0 .. K-1 in order: y = fma(x[m][k], w[n][k], y)
-// (FP32, one rounding per step) with w[n][k] = weight_value(W, n, k). A row's
-// result is therefore bitwise independent of M, of the row's position in X, of
-// the thread count, of the tiling and of the backend. There is no split-K. A
-// NaN output is always the canonical quiet NaN 0x7FC00000 (which NaN an FMA
-// propagates depends on operand order, so the payload is not kept); ±Inf and
-// FP32 subnormals follow IEEE FMA (no flushing).
+// Contract (batch invariance, BRIEF §5). Every output is one sequential chain
+// over K, so a row's result is bitwise independent of M, of the row's position
+// in X, of the thread count, of the tiling and of the backend; there is no
+// split-K. With w[n][k] = weight_value(W, n, k):
+//   - FP32 and FP8 weights: y = 0; for k = 0 .. K-1: y = fma(x[m][k], w[n][k], y)
+//     (FP32, one rounding per step; FP32 subnormals as IEEE, no flushing).
+//   - BF16 and MX weights (the "pair chain", what VDPBF16PS computes): the
+//     operands are BF16 values, xb = bf16(x) (RNE; an FP32 subnormal x is a
+//     signed zero) and wb = w (exact in BF16 for BF16 weights and for every
+//     normal MX value; a w below 2^-126 is a signed zero); K is padded with a
+//     zero to even length, and for each pair i = 0, 1, ..:
+//       y = ftz(fma(xb[2i+1], wb[2i+1], y));  y = ftz(fma(xb[2i], wb[2i], y))
+//     (odd element first; exact products; RNE; ftz: a subnormal result is a
+//     signed zero). The linears' activations and gradients are already BF16
+//     values (bf16 rounding, MX round trips), so bf16(x) changes nothing there.
+//     On a CPU whose VDPBF16PS passes the self-test below the AVX-512 backend
+//     uses it; otherwise two FMAs per pair under MXCSR FTZ, same bits.
+// A NaN output is always the canonical quiet NaN 0x7FC00000 (which NaN an
+// FMA propagates depends on operand order, so the payload is not kept).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "numerics/formats.h"
@@ -118,8 +130,8 @@ class PackedWeight {
 // gives zeros.
 void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec& exec = {});
 
-// The plain scalar reference over the unpacked view (loops + std::fma), the
-// ground truth for the tests.
+// The plain scalar reference over the unpacked view (loops + std::fma, the
+// pair chain spelled out), the ground truth for the tests.
 void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y);
 
 // Not the contract: another engine's reduction order, for the foreign-kernel
@@ -147,6 +159,32 @@ extern const GemmKernels kGemmAvx512;
 const GemmKernels& gemm_kernels(Backend b);  // b resolved with resolve_backend
 
 inline constexpr uint32_t kGemmNan = 0x7FC00000u;
+
+// The formats under the pair chain.
+inline bool pair_contract(WFormat f) { return f == WFormat::BF16 || f == WFormat::MX; }
+// The pair chain's scalar pieces (the contract above): x to a BF16 value
+// (RNE, DAZ, NaN quieted, as VCVTNE2PS2BF16), a subnormal to a signed zero,
+// and one step ftz(fma(daz(x), daz(w), daz(acc))) (the instruction's DAZ; in
+// the chain the operands are already BF16 values and the sum never subnormal).
+float bf16_dot_round(float x);
+float bf16_dot_daz(float x);
+float bf16_dot_step(float acc, float x, float w);
+
+// How the AVX-512 backend computes the pair chain. Auto: VDPBF16PS when the
+// CPU has AVX512_BF16 and its instruction passes the self-test (run once, at
+// first use; a failure is reported once on stderr), else FMA.
+enum class PairKernel { Auto, Dot, Fma };
+PairKernel gemm_pair_kernel();           // resolved: Dot or Fma
+void set_gemm_pair_kernel(PairKernel k); // tests and benches; Dot where unavailable falls back to Fma
+// The self-test: VDPBF16PS and VCVTNE2PS2BF16 against bf16_dot_step and
+// bf16_dot_round on fixed vectors (pair order, denormal inputs and results,
+// NaN, infinities, rounding ties). "passed", "failed: ..." or "no AVX512_BF16".
+const std::string& bf16_dot_self_test();
+#if defined(__x86_64__)
+void gemm_pairs_dot(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+void bf16_dot_instruction(float* acc16, const uint32_t* a16, const uint32_t* b16);  // one VDPBF16PS
+void bf16_convert_instruction(const float* x32, uint16_t* out32);                   // one VCVTNE2PS2BF16
+#endif
 }  // namespace detail
 
 }  // namespace mxrl

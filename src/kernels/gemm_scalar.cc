@@ -1,5 +1,5 @@
 // Scalar GEMM backend over the packed layout: plain loops and std::fma, in the
-// contract's order. Slow; it checks the packing and is the fallback on CPUs
+// contract's order (the pair chain for BF16 and MX weights). Slow; it checks the packing and is the fallback on CPUs
 // without AVX-512.
 #include <cmath>
 #include <vector>
@@ -54,16 +54,30 @@ void panel_values(const PackedWeight& w, int64_t p, std::vector<float>& out) {
 
 void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int64_t N = w.n(), K = w.k();
-  std::vector<float> wp;
+  const bool pairs = pair_contract(w.format());
+  std::vector<float> wp, xb(static_cast<size_t>(K + 1), 0.0f);
   for (int64_t p = p0; p < p1; ++p) {
     panel_values(w, p, wp);
+    if (pairs)
+      for (float& v : wp) v = bf16_dot_daz(v);
     const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
-    for (int64_t m = m0; m < m1; ++m)
+    for (int64_t m = m0; m < m1; ++m) {
+      const float* xr = x + m * K;
+      if (pairs)
+        for (int64_t k = 0; k < K; ++k) xb[k] = bf16_dot_round(xr[k]);
       for (int64_t j = 0; j < cols; ++j) {
         float acc = 0.0f;
-        for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wp[k * kPanel + j], acc);
+        if (pairs) {  // odd element first; a missing last one is 0 * 0
+          for (int64_t k = 0; k < K; k += 2) {
+            acc = bf16_dot_step(acc, k + 1 < K ? xb[k + 1] : 0.0f, k + 1 < K ? wp[(k + 1) * kPanel + j] : 0.0f);
+            acc = bf16_dot_step(acc, xb[k], wp[k * kPanel + j]);
+          }
+        } else {
+          for (int64_t k = 0; k < K; ++k) acc = std::fma(xr[k], wp[k * kPanel + j], acc);
+        }
         y[m * N + p * kPanel + j] = std::isnan(acc) ? f32_from_bits(kGemmNan) : acc;
       }
+    }
   }
 }
 }  // namespace

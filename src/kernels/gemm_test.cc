@@ -22,11 +22,27 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
-std::vector<Backend> backends() {
-  std::vector<Backend> b{Backend::Scalar};
-  if (cpu_features().avx512) b.push_back(Backend::Avx512);
-  return b;
+// Every engine this CPU runs: the scalar backend, and the AVX-512 one with
+// the pair chain on FMAs and (where the self-test passed) on VDPBF16PS.
+struct Engine {
+  Backend be;
+  detail::PairKernel pk;
+  const char* name;
+};
+std::vector<Engine> engines() {
+  std::vector<Engine> e{{Backend::Scalar, detail::PairKernel::Auto, "scalar"}};
+  if (cpu_features().avx512) {
+    e.push_back({Backend::Avx512, detail::PairKernel::Fma, "avx512-fma"});
+    if (detail::bf16_dot_self_test() == "passed") e.push_back({Backend::Avx512, detail::PairKernel::Dot, "avx512-dot"});
+  }
+  return e;
 }
+struct UseEngine {
+  explicit UseEngine(const Engine& e) { detail::set_gemm_pair_kernel(e.pk); }
+  ~UseEngine() { detail::set_gemm_pair_kernel(detail::PairKernel::Auto); }
+  UseEngine(const UseEngine&) = delete;
+  UseEngine& operator=(const UseEngine&) = delete;
+};
 
 void expect_same_bits(const float* a, const float* b, size_t n, const std::string& what) {
   for (size_t i = 0; i < n; ++i)
@@ -143,12 +159,14 @@ std::string shape_name(const Weight& w, int64_t m) {
 void check_against_reference(const Weight& w, const std::vector<float>& x, const std::vector<float>& ref,
                              std::initializer_list<int64_t> ms, ThreadPool& pool) {
   const int64_t N = w.view.n;
-  for (Backend be : backends()) {
+  for (const Engine& eng : engines()) {
+    const UseEngine use(eng);
+    const Backend be = eng.be;
     const PackedWeight pw = PackedWeight::pack(w.view, {&pool, be});
     for (int64_t m : ms) {
       std::vector<float> y(static_cast<size_t>(m * N + 1), 1234.5f);
       gemm(x.data(), m, pw, y.data(), {&pool, be});
-      const std::string what = std::string(backend_name(be)) + " " + shape_name(w, m);
+      const std::string what = std::string(eng.name) + " " + shape_name(w, m);
       expect_same_bits(y.data(), ref.data(), static_cast<size_t>(m * N), what);
       EXPECT_EQ(y[m * N], 1234.5f) << what << ": wrote past the end";
     }
@@ -250,12 +268,14 @@ TEST(Gemm, BatchInvariance) {
     const int64_t m = 300, n = 100, k = 544;
     const Weight w = make_weight(kind, n, k, ++seed);
     const std::vector<float> x = random_matrix(m, k, ++seed);
-    for (Backend be : backends()) {
+    for (const Engine& eng : engines()) {
+    const UseEngine use(eng);
+    const Backend be = eng.be;
       const Exec ex{&pool, be};
       const PackedWeight pw = PackedWeight::pack(w.view, ex);
       std::vector<float> big(static_cast<size_t>(m * n));
       gemm(x.data(), m, pw, big.data(), ex);
-      const std::string what = std::string(backend_name(be)) + " " + w.name;
+      const std::string what = std::string(eng.name) + " " + w.name;
       for (int64_t r : {0, 1, 11, 12, 13, 191, 192, 299}) {
         std::vector<float> one(static_cast<size_t>(n));
         gemm(x.data() + r * k, 1, pw, one.data(), ex);
@@ -274,6 +294,88 @@ TEST(Gemm, BatchInvariance) {
       }
     }
   }
+}
+
+// The pair chain of BF16 and MX weights, odd element first: x = [1, 2^24, 1,
+// -2^24] against ones gives (0 + 2^24) + 1 = 2^24, then (2^24 - 2^24) + 1 = 1;
+// the sequential chain of FP32 weights gives ((1 + 2^24) + 1) - 2^24 = 0.
+TEST(Gemm, PairChainTakesTheOddElementFirst) {
+  const std::vector<float> x = {1.0f, 0x1p24f, 1.0f, -0x1p24f};
+  const std::vector<float> ones = {1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<uint16_t> bf_ones(4, 0x3F80);
+  for (const Engine& eng : engines()) {
+    const UseEngine use(eng);
+    float y = -1.0f;
+    gemm(x.data(), 1, PackedWeight::pack({WFormat::BF16, 1, 4, bf_ones.data()}), &y, {nullptr, eng.be});
+    EXPECT_EQ(y, 1.0f) << eng.name << " bf16";
+    gemm(x.data(), 1, PackedWeight::pack({WFormat::F32, 1, 4, ones.data()}), &y, {nullptr, eng.be});
+    EXPECT_EQ(y, 0.0f) << eng.name << " f32";
+  }
+  float y = -1.0f;
+  gemm_reference(x.data(), 1, {WFormat::BF16, 1, 4, bf_ones.data()}, &y);
+  EXPECT_EQ(y, 1.0f);
+}
+
+// Odd K (the chain's zero pad), X that is not BF16 (rounded RNE first), and
+// operands near BF16's smallest normal (products and sums that the chain
+// flushes to zero, subnormal inputs treated as zeros), on every engine.
+TEST(Gemm, PairChainOddKRoundingAndFlushing) {
+  ThreadPool pool(2);
+  std::mt19937 rng(909);
+  for (int64_t k : {1, 3, 33, 257, 515})
+    for (int tiny = 0; tiny < 2; ++tiny) {
+      const int64_t n = 37, m = 19;
+      std::vector<uint16_t> w(static_cast<size_t>(n * k));
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (auto& v : w) {
+        const uint32_t e = tiny ? 60 + rng() % 11 : 100 + rng() % 50;  // tiny: products near 2^-126
+        v = static_cast<uint16_t>((rng() & 0x8000u) | (e << 7) | (rng() & 0x7Fu));
+        if (rng() % 16 == 0) v = static_cast<uint16_t>(rng() & 0x807Fu);  // BF16 subnormal or zero
+      }
+      for (auto& v : x) {
+        const uint32_t e = tiny ? 40 + rng() % 21 : 100 + rng() % 50;
+        v = f32_from_bits((rng() & 0x80000000u) | (e << 23) | (rng() & 0x7FFFFFu));
+        if (rng() % 16 == 0) v = f32_from_bits(rng() & 0x807FFFFFu);  // FP32 subnormal
+      }
+      const WeightView view{WFormat::BF16, n, k, w.data()};
+      std::vector<float> ref(static_cast<size_t>(m * n));
+      gemm_reference(x.data(), m, view, ref.data());
+      // Teeth: the same pair chain without DAZ/FTZ differs in the tiny case.
+      int differ = 0;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          float acc = 0.0f;
+          for (int64_t i = 0; i < k; i += 2) {
+            const float x1 = i + 1 < k ? detail::bf16_dot_round(x[r * k + i + 1]) : 0.0f;
+            const float w1 = i + 1 < k ? f32_from_bits(uint32_t(w[j * k + i + 1]) << 16) : 0.0f;
+            acc = std::fma(x1, w1, acc);
+            acc = std::fma(detail::bf16_dot_round(x[r * k + i]), f32_from_bits(uint32_t(w[j * k + i]) << 16), acc);
+          }
+          differ += f32_bits(acc) != f32_bits(ref[r * n + j]);
+        }
+      if (tiny) EXPECT_GT(differ, 0) << "K " << k << ": the tiny case must reach DAZ/FTZ";
+      for (const Engine& eng : engines()) {
+        const UseEngine use(eng);
+        const PackedWeight pw = PackedWeight::pack(view, {&pool, eng.be});
+        for (int64_t rows : {int64_t(1), int64_t(5), m}) {
+          std::vector<float> y(static_cast<size_t>(rows * n));
+          gemm(x.data(), rows, pw, y.data(), {&pool, eng.be});
+          expect_same_bits(y.data(), ref.data(), y.size(),
+                           std::string(eng.name) + " K=" + std::to_string(k) + " M=" + std::to_string(rows) +
+                               (tiny ? " tiny" : ""));
+        }
+      }
+    }
+}
+
+// The self-test ran and said one of its three things; where it passed, the
+// VDPBF16PS engine is among those every test above compares.
+TEST(Gemm, Bf16DotSelfTestVerdict) {
+  const std::string& v = detail::bf16_dot_self_test();
+  std::printf("VDPBF16PS self-test on this CPU: %s\n", v.c_str());
+  EXPECT_TRUE(v == "passed" || v == "no AVX512_BF16" || v.rfind("failed: ", 0) == 0) << v;
+  if (!cpu_features().avx512_bf16) EXPECT_EQ(v, "no AVX512_BF16");
+  EXPECT_EQ(detail::gemm_pair_kernel() == detail::PairKernel::Dot, v == "passed");
 }
 
 // (Small calls run on one thread; the shapes here are big enough to be split,
@@ -372,7 +474,9 @@ TEST(Gemm, PackedWeightKeepsStorageFormat) {
 }
 
 TEST(Gemm, EdgeShapes) {
-  for (Backend be : backends()) {
+  for (const Engine& eng : engines()) {
+    const UseEngine use(eng);
+    const Backend be = eng.be;
     // K = 0: zeros. M = 0: Y untouched. N = 0: nothing.
     const float dummy = 0;
     const PackedWeight k0 = PackedWeight::pack({WFormat::F32, 3, 0, nullptr}, {nullptr, be});
@@ -423,7 +527,8 @@ TEST(Gemm, Errors) {
 namespace mxrl {
 namespace {
 // The foreign reduction order (not the contract): one split is the
-// reference's chain bit for bit; four partial sums are another rounding of
+// reference's chain bit for bit (FP32 and FP8 weights; for BF16 and MX ones the
+// contract's pair chain is yet another order); four partial sums are another rounding of
 // the same exact products, close to the reference but not always equal.
 TEST(GemmSplitK, OneSplitIsTheReferenceFourAreAnotherOrder) {
   uint32_t seed = 900;
@@ -431,17 +536,23 @@ TEST(GemmSplitK, OneSplitIsTheReferenceFourAreAnotherOrder) {
   for (Kind kind : kAllKinds) {
     const int64_t n = 33, k = 544, m = 9;
     const Weight w = make_weight(kind, n, k, ++seed);
-    const std::vector<float> x = random_matrix(m, k, ++seed);
+    std::vector<float> x = random_matrix(m, k, ++seed);
+    for (float& v : x) v = detail::bf16_dot_round(v);  // BF16 values, as the linears feed
     std::vector<float> ref(m * n), one(m * n), four(m * n);
     gemm_reference(x.data(), m, w.view, ref.data());
     gemm_split_k(x.data(), m, w.view, one.data(), 1);
     gemm_split_k(x.data(), m, w.view, four.data(), 4);
-    EXPECT_EQ(std::memcmp(ref.data(), one.data(), ref.size() * sizeof(float)), 0) << w.name;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      differ += ref[i] != four[i];
-      ++total;
-      EXPECT_NEAR(four[i], ref[i], 1e-4f * (1.0f + std::fabs(ref[i]))) << w.name << " [" << i << "]";
-    }
+    if (!detail::pair_contract(w.view.fmt))  // the pair chain is itself another order
+      EXPECT_EQ(std::memcmp(ref.data(), one.data(), ref.size() * sizeof(float)), 0) << w.name;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        double mag = 0;  // sum of |x w|: both orders are within K u of it
+        for (int64_t kk = 0; kk < k; ++kk) mag += std::fabs(double(x[r * k + kk]) * weight_value(w.view, j, kk));
+        const size_t i = static_cast<size_t>(r * n + j);
+        differ += ref[i] != four[i];
+        ++total;
+        EXPECT_NEAR(four[i], ref[i], 1e-4 * mag + 1e-30) << w.name << " [" << i << "]";
+      }
   }
   EXPECT_GT(differ, total / 10) << "split-K must round differently from the sequential chain";
   const Weight w = make_weight(Kind::F32, 2, 32, 1);

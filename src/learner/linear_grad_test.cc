@@ -1,13 +1,15 @@
 // The backward GEMMs of each recipe against an independent construction:
 // the operands quantized with mx_quantize along the axis the brief's table
-// names (Axis::Col for "col"), dequantized, and multiplied by plain
-// sequential FMA loops in the GEMM's order. Bitwise.
+// names (Axis::Col for "col"), dequantized, and multiplied by plain loops in
+// the GEMM contract's order (sequential FMAs, or the BF16 pair chain). Bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "learner/linear_grad.h"
+
+#include "kernels/gemm.h"
 #include "numerics/formats.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -68,10 +70,25 @@ TEST_P(LinearGrad, DgradAndWgradMatchTheBriefsOperands) {
   const auto wq = on_grid(p.precision == Precision::FP32 ? w : bf16_copy(w), n, k, p, p.elem, Axis::Col);
   std::vector<float> dx(m * k, 0.5f);
   linear_dgrad(p, ge, wt, dy.data(), m, dx.data(), /*accumulate=*/true, exec);
+  // The GEMM contract's chain (gemm.h): sequential FMAs for fp32, the BF16
+  // pair chain (odd element first, DAZ/FTZ) for the BF16 and MX operands.
+  const bool pairs = p.precision != Precision::FP32;
+  auto chain = [&](auto&& a, auto&& b, int64_t len) {
+    float acc = 0.0f;
+    if (!pairs) {
+      for (int64_t j = 0; j < len; ++j) acc = std::fma(a(j), b(j), acc);
+      return acc;
+    }
+    for (int64_t j = 0; j < len; j += 2) {
+      if (j + 1 < len) acc = detail::bf16_dot_step(acc, a(j + 1), b(j + 1));
+      else acc = detail::bf16_dot_step(acc, 0.0f, 0.0f);
+      acc = detail::bf16_dot_step(acc, a(j), b(j));
+    }
+    return acc;
+  };
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < n; ++j) acc = std::fma(dyq[i * n + j], wq[j * k + c], acc);
+      const float acc = chain([&](int64_t j) { return dyq[i * n + j]; }, [&](int64_t j) { return wq[j * k + c]; }, n);
       ASSERT_EQ(f32_bits(0.5f + acc), f32_bits(dx[i * k + c])) << name << " dx " << i << "," << c;
     }
 
@@ -85,8 +102,7 @@ TEST_P(LinearGrad, DgradAndWgradMatchTheBriefsOperands) {
   linear_wgrad(p, ge, dy.data(), x.data(), m, n, k, dw.data(), exec);
   for (int64_t j = 0; j < n; ++j)
     for (int64_t c = 0; c < k; ++c) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < mp; ++i) acc = std::fma(dyc[i * n + j], xc[i * k + c], acc);
+      const float acc = chain([&](int64_t i) { return dyc[i * n + j]; }, [&](int64_t i) { return xc[i * k + c]; }, mp);
       ASSERT_EQ(f32_bits(-0.25f + acc), f32_bits(dw[j * k + c])) << name << " dw " << j << "," << c;
     }
 }

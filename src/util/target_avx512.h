@@ -19,3 +19,16 @@
 #else
 #error "AVX-512 kernels need GCC or clang"
 #endif
+
+// The same with AVX512_BF16 (VDPBF16PS, VCVTNE2PS2BF16): code that runs only
+// after cpu_features().avx512_bf16 and the GEMM's self-test said yes.
+#if defined(__clang__)
+// clang-format off
+#define MXRL_BEGIN_AVX512_BF16 _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma\"))), apply_to = function)")
+// clang-format on
+#define MXRL_END_AVX512_BF16 _Pragma("clang attribute pop")
+#else
+#define MXRL_BEGIN_AVX512_BF16 \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma\")")
+#define MXRL_END_AVX512_BF16 _Pragma("GCC pop_options")
+#endif
