@@ -1,5 +1,6 @@
 #include "model/precision.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "io/elem_dtype.h"
@@ -8,6 +9,7 @@
 #include "numerics/fp8_grid.h"
 #include "numerics/mx.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -61,11 +63,23 @@ std::vector<HeldPart> bf16_parts(const PreparedLinear& L) {
 // ---- mxfp8: MX codes + E8M0 scales of the compute copy's 1x32 row blocks ----
 HeldSizes mx_sizes(int64_t n, int64_t k) { return {.codes = n * k, .mx_scales = mx_num_scales(n, k, Axis::Row)}; }
 void mx_prepare(PreparedLinear& L, const float* w, const Exec& exec) {
-  const auto compute = to_bf16(w, L.n * L.k, exec);
   L.codes.resize(L.n * L.k);
   L.mx_scales.resize(mx_num_scales(L.n, L.k, Axis::Row));
-  mx_quantize(compute.data(), InType::BF16, L.n, L.k, row_blocks(L.prec.elem, L.prec.rule), L.codes.data(),
-              L.mx_scales.data(), exec);
+  // Row chunks, each rounded to the BF16 compute copy in a per-thread scratch
+  // and quantized from there: no whole-matrix temporary (row blocks with RNE
+  // make every row's codes independent of the others).
+  const int64_t k = L.k, rows = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(k, 1));
+  const Exec one{nullptr, exec.backend};
+  const MxConfig cfg = row_blocks(L.prec.elem, L.prec.rule);
+  parallel_for(exec.pool, (L.n + rows - 1) / rows, [&](int64_t c0, int64_t c1) {
+    std::vector<uint16_t> tmp(static_cast<size_t>(rows * k));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t r0 = c * rows, r1 = std::min(L.n, r0 + rows);
+      bf16_encode(w + r0 * k, (r1 - r0) * k, tmp.data(), one);
+      mx_quantize(tmp.data(), InType::BF16, r1 - r0, k, cfg, L.codes.data() + r0 * k,
+                  L.mx_scales.data() + mx_num_scales(r0, k, Axis::Row), one);
+    }
+  });
 }
 void mx_view(const PreparedLinear& L, WeightView& v) {
   v.data = L.codes.data();

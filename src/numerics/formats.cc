@@ -119,9 +119,5 @@ float f16_to_f32(uint16_t h) {
   return out;
 }
 
-float e8m0_to_f32(uint8_t b) {
-  if (b == kE8M0Nan) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(b) - 127);
-}
 
 }  // namespace mxrl

@@ -58,7 +58,14 @@ inline float bf16_to_f32(uint16_t h) {
 
 // E8M0: 2^(b-127) for b in 0..254; 0xFF is NaN.
 inline constexpr uint8_t kE8M0Nan = 0xFF;
-float e8m0_to_f32(uint8_t b);
+
+// 2^(b - 127) (b = 0: the FP32 subnormal 2^-127), b = 0xFF: the quiet NaN 0x7FC00000.
+inline float e8m0_to_f32(uint8_t b) {
+  const uint32_t bits = b == 0xFF ? 0x7FC00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 
 inline uint32_t f32_bits(float f) {
   uint32_t u;
