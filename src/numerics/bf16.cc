@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "numerics/formats.h"
+#include "numerics/quant_kernels.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -19,15 +20,13 @@ void for_chunks(int64_t n, const Exec& exec, F&& f) {
 }  // namespace
 
 void bf16_encode(const float* x, int64_t n, uint16_t* out, const Exec& exec) {
-  for_chunks(n, exec, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = f32_to_bf16(x[i]);
-  });
+  const auto& k = detail::quant_kernels(exec.backend);
+  for_chunks(n, exec, [&](int64_t b, int64_t e) { k.bf16_encode(x + b, e - b, out + b); });
 }
 
 void bf16_round(const float* x, int64_t n, float* out, const Exec& exec) {
-  for_chunks(n, exec, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
-  });
+  const auto& k = detail::quant_kernels(exec.backend);
+  for_chunks(n, exec, [&](int64_t b, int64_t e) { k.bf16_round(x + b, e - b, out + b); });
 }
 
 }  // namespace mxrl

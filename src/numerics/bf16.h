@@ -1,6 +1,7 @@
-// Bulk bfloat16 rounding: f32_to_bf16 (formats.h, branch-free and inline, so
-// these loops vectorize) over a whole tensor, split over the pool. Used wherever a whole tensor goes onto the BF16 grid (compute copies,
-// BF16 activations and gradients).
+// Bulk bfloat16 rounding: f32_to_bf16 (formats.h) over a whole tensor, split
+// over the pool, on the exec's backend (quant_kernels.h; every backend bit for
+// bit the scalar loop). Used wherever a whole tensor goes onto the BF16 grid
+// (compute copies, BF16 activations and gradients).
 #pragma once
 #include <cstdint>
 

@@ -245,11 +245,35 @@ void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, in
     }
 }
 
+// f32_to_bf16 on 16 lanes: RNE on the bits, a NaN quieted (payload's top
+// bits kept), as a 32-bit lane holding the 16 BF16 bits.
+inline __m512i bf16_bits16(__m512i u) {
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i hi = _mm512_srli_epi32(u, 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(hi, one))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(static_cast<int>(kInfBits)));
+  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+
+void bf16_encode(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_cvtepi32_storeu_epi16(out + i, k, bf16_bits16(_mm512_maskz_loadu_epi32(k, x + i)));
+  }
+}
+void bf16_round(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_epi32(out + i, k, _mm512_slli_epi32(bf16_bits16(_mm512_maskz_loadu_epi32(k, x + i)), 16));
+  }
+}
+
 }  // namespace
 
-const QuantKernels kAvx512Kernels = {mx_quant_row,   mx_quant_col, mx_dequant_row,
-                                     mx_dequant_col, group_amax,   group_encode,
-                                     group_decode};
+const QuantKernels kAvx512Kernels = {mx_quant_row, mx_quant_col, mx_dequant_row, mx_dequant_col, group_amax,
+                                     group_encode, group_decode, bf16_encode,    bf16_round};
 
 }  // namespace mxrl::detail
 MXRL_END_AVX512

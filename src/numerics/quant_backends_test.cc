@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "numerics/bf16.h"
 #include "numerics/fp8_grid.h"
 #include "numerics/mx.h"
 #include "util/error.h"
@@ -197,6 +198,42 @@ TEST(QuantBackends, Fp8GridsMatchScalarReference) {
           fp8_dequantize(c0.data(), s0.data(), rows, cols, g, t, y1.data(), {&pool, be});
           expect_same_bits(y0, y1, what + " dequant");
         }
+}
+
+}  // namespace
+}  // namespace mxrl
+
+namespace mxrl {
+namespace {
+
+// Bulk BF16 rounding on every backend equals f32_to_bf16 lane by lane: ties
+// both ways, the carry into the exponent, the largest finite values that round
+// to infinity, subnormals, signed zeros, infinities and NaNs (payload kept in
+// the top bits, quieted), over lengths that exercise every tail mask.
+TEST(QuantBackends, Bf16EncodeAndRoundMatchTheScalarFormula) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3FFF8000u,
+                                0x7F7F8000u, 0x7F7FFFFFu, 0xFF7F8000u, 0x00000001u, 0x807FFFFFu, 0x00008000u,
+                                0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFF810000u, 0x7FC00000u, 0x7FBFFFFFu};
+  std::mt19937 rng(11);
+  for (int i = 0; i < 40000; ++i) bits.push_back(rng());  // several pool chunks
+  for (Backend be : backends())
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(15), int64_t(17), int64_t(bits.size())}) {
+      SCOPED_TRACE(::testing::Message() << backend_name(be) << " n=" << n);
+      std::vector<float> x(n);
+      std::memcpy(x.data(), bits.data(), n * 4);
+      std::vector<uint16_t> enc(n + 1, 0xABCD);
+      std::vector<float> rnd(n + 1, 7.0f);
+      ThreadPool pool(3);
+      const Exec exec{&pool, be};
+      bf16_encode(x.data(), n, enc.data(), exec);
+      bf16_round(x.data(), n, rnd.data(), exec);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(enc[i], f32_to_bf16(x[i])) << std::hex << bits[i];
+        ASSERT_EQ(f32_bits(rnd[i]), uint32_t(f32_to_bf16(x[i])) << 16) << std::hex << bits[i];
+      }
+      EXPECT_EQ(enc[n], 0xABCD);  // nothing written past n
+      EXPECT_EQ(rnd[n], 7.0f);
+    }
 }
 
 }  // namespace

@@ -29,6 +29,9 @@ struct QuantKernels {
                        int64_t r1, ElemType elem, const float* scales, uint8_t* codes);
   void (*group_decode)(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
                        int64_t r1, ElemType elem, const float* scales, float* out);
+  // BF16 (bf16.h): out[i] = f32_to_bf16(x[i]), and its widening back, for i < n.
+  void (*bf16_encode)(const float* x, int64_t n, uint16_t* out);
+  void (*bf16_round)(const float* x, int64_t n, float* out);
 };
 
 extern const QuantKernels kScalarKernels;

@@ -137,10 +137,16 @@ void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, in
     }
 }
 
+void bf16_encode(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+}
+void bf16_round(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 }  // namespace
 
-const QuantKernels kScalarKernels = {mx_quant_row,   mx_quant_col, mx_dequant_row,
-                                     mx_dequant_col, group_amax,   group_encode,
-                                     group_decode};
+const QuantKernels kScalarKernels = {mx_quant_row, mx_quant_col, mx_dequant_row, mx_dequant_col, group_amax,
+                                     group_encode, group_decode, bf16_encode,    bf16_round};
 
 }  // namespace mxrl::detail
