@@ -510,13 +510,16 @@ TEST(OpsBackwardBackends, Avx512BuildMatchesScalarBuild) {
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(f32_bits(x[i]), f32_bits(y[i])) << what << " " << i;
   };
   const int64_t rows = 7, dim = 80, heads = 4, kvh = 2, hd = 16, npos = 37, stride = kvh * hd, E = 8, K = 2, V = 50;
-  {  // rmsnorm
-    const auto x = rnd(rows * dim), w = rnd(dim), dy = rnd(rows * dim);
-    std::vector<float> dx1(rows * dim), dx2(rows * dim), dw1 = rnd(dim), dw2 = dw1;
-    a.rmsnorm(dx1.data(), dw1.data(), dy.data(), x.data(), w.data(), rows, dim, 1e-6f);
-    b.rmsnorm(dx2.data(), dw2.data(), dy.data(), x.data(), w.data(), rows, dim, 1e-6f);
+  for (const int64_t d : {dim, int64_t(83), int64_t(7)}) {  // rmsnorm, with and without a tail
+    const auto x = rnd(rows * d), w = rnd(d), dy = rnd(rows * d);
+    std::vector<float> dx1(rows * d), dx2(rows * d), dw1 = rnd(d), dw2 = dw1;
+    a.rmsnorm(dx1.data(), dw1.data(), dy.data(), x.data(), w.data(), rows, d, 1e-6f);
+    b.rmsnorm(dx2.data(), dw2.data(), dy.data(), x.data(), w.data(), rows, d, 1e-6f);
     same(dx1, dx2, "rmsnorm dx");
     same(dw1, dw2, "rmsnorm dw");
+    a.rmsnorm(dx1.data(), nullptr, dy.data(), x.data(), w.data(), rows, d, 1e-6f);  // dw null: no weight gradient
+    b.rmsnorm(dx2.data(), nullptr, dy.data(), x.data(), w.data(), rows, d, 1e-6f);
+    same(dx1, dx2, "rmsnorm dx without dw");
   }
   {  // rope, swiglu, embedding
     const auto c = rnd(hd / 2), sn = rnd(hd / 2);
