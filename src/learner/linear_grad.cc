@@ -1,6 +1,8 @@
 #include "learner/linear_grad.h"
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/transpose.h"
@@ -13,6 +15,11 @@
 namespace mxrl {
 
 namespace {
+// A scratch buffer left uninitialized: every element is written before it is
+// read (transpose writes the padding too), so the zero-fill of a vector would
+// be wasted work on every call.
+std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(new float[static_cast<size_t>(n)]); }
+
 const PrecisionTraits& trainable(const LinearPrecision& prec) {
   const PrecisionTraits& t = precision_traits(prec.precision);
   if (!t.trainable) fail("no backward for {}", prec.str());
@@ -37,21 +44,22 @@ void linear_dgrad(const LinearPrecision& prec, ElemType grad_elem, const PackedW
   const int64_t n = wt.k(), k = wt.n();
   if (m == 0) return;
   const PrecisionTraits& t = trainable(prec);
-  std::vector<float> g;
+  std::unique_ptr<float[]> g;
   const float* a = dy;
   if (t.wformat != WFormat::F32) {  // fp32 multiplies dY as it is
     PhaseTimer timer(exec.times, Phase::ActQuant);
-    g.assign(dy, dy + m * n);
-    t.round_grad(prec, grad_elem, g.data(), m, n, exec);
-    a = g.data();
+    g = scratch(m * n);
+    std::memcpy(g.get(), dy, static_cast<size_t>(m * n) * sizeof(float));
+    t.round_grad(prec, grad_elem, g.get(), m, n, exec);
+    a = g.get();
   }
   PhaseTimer timer(exec.times, Phase::Gemm);
   if (!accumulate) {
     gemm(a, m, wt, dx, exec);
     return;
   }
-  std::vector<float> tmp(m * k);
-  gemm(a, m, wt, tmp.data(), exec);
+  const auto tmp = scratch(m * k);
+  gemm(a, m, wt, tmp.get(), exec);
   for (int64_t i = 0; i < m * k; ++i) dx[i] = dx[i] + tmp[i];
 }
 
@@ -60,18 +68,18 @@ void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* 
   if (m == 0) return;
   const PrecisionTraits& t = trainable(prec);
   const int64_t mp = t.needs_k32 ? (m + kMxBlock - 1) / kMxBlock * kMxBlock : m;  // MX col blocks pad M
-  std::vector<float> a(n * mp), b(k * mp), out(n * k);
-  transpose(dy, m, n, mp, a.data(), exec);
-  transpose(x, m, k, mp, b.data(), exec);
+  const auto a = scratch(n * mp), b = scratch(k * mp), out = scratch(n * k);
+  transpose(dy, m, n, mp, a.get(), exec);
+  transpose(x, m, k, mp, b.get(), exec);
   PackedWeight bp;
   {
     PhaseTimer timer(exec.times, Phase::ActQuant);
-    t.round_grad(prec, grad_elem, a.data(), n, mp, exec);
-    bp = t.pack_operand(prec, b.data(), k, mp, exec);
+    t.round_grad(prec, grad_elem, a.get(), n, mp, exec);
+    bp = t.pack_operand(prec, b.get(), k, mp, exec);
   }
   {
     PhaseTimer timer(exec.times, Phase::Gemm);
-    gemm(a.data(), n, bp, out.data(), exec);
+    gemm(a.get(), n, bp, out.get(), exec);
   }
   for (int64_t i = 0; i < n * k; ++i) dw[i] = dw[i] + out[i];
 }
