@@ -46,7 +46,7 @@ void linear_dgrad(const LinearPrecision& prec, ElemType grad_elem, const PackedW
   const PrecisionTraits& t = trainable(prec);
   std::unique_ptr<float[]> g;
   const float* a = dy;
-  if (t.wformat != WFormat::F32) {  // fp32 multiplies dY as it is
+  if (t.wformat != WFormat::F32 && !t.gemm_rounds_x) {  // fp32 multiplies dY as it is; bf16's rounding is the GEMM's
     PhaseTimer timer(exec.times, Phase::ActQuant);
     g = scratch(m * n);
     std::memcpy(g.get(), dy, static_cast<size_t>(m * n) * sizeof(float));
@@ -74,7 +74,7 @@ void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* 
   PackedWeight bp;
   {
     PhaseTimer timer(exec.times, Phase::ActQuant);
-    t.round_grad(prec, grad_elem, a.get(), n, mp, exec);
+    if (!t.gemm_rounds_x) t.round_grad(prec, grad_elem, a.get(), n, mp, exec);
     bp = t.pack_operand(prec, b.get(), k, mp, exec);
   }
   {

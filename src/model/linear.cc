@@ -73,14 +73,17 @@ void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<fl
                              const Exec& exec) const {
   if (m == 0) return;
   const float* in = x;
-  if (precision_traits(prec.precision).wformat != WFormat::F32) {  // fp32 multiplies x as it is
-    PhaseTimer t(exec.times, Phase::ActQuant);
+  const PrecisionTraits& t = precision_traits(prec.precision);
+  const bool split_k = exec.gemm_split_k > 1;
+  // fp32 multiplies x as it is; so does bf16, whose rounding the GEMM makes itself.
+  if (t.wformat != WFormat::F32 && !(t.gemm_rounds_x && !split_k)) {
+    PhaseTimer timer(exec.times, Phase::ActQuant);
     scratch.resize(m * k);
     quantize_activations(x, m, k, prec, scratch.data(), exec);
     in = scratch.data();
   }
-  PhaseTimer t(exec.times, Phase::Gemm);
-  if (exec.gemm_split_k > 1)
+  PhaseTimer timer(exec.times, Phase::Gemm);
+  if (split_k)
     gemm_split_k(in, m, view(), y, exec.gemm_split_k, exec.pool);
   else
     gemm(in, m, packed, y, exec);

@@ -149,16 +149,16 @@ std::vector<HeldPart> fp8_parts(const PreparedLinear& L) {
 
 // Indexed by Precision.
 const PrecisionTraits kTraits[] = {
-    {Precision::FP32, "fp32", WFormat::F32, false, true, f32_sizes, f32_prepare, f32_view, f32_activations, f32_pack,
+    {Precision::FP32, "fp32", WFormat::F32, false, true, false, f32_sizes, f32_prepare, f32_view, f32_activations, f32_pack,
      f32_round_grad, f32_parts},
-    {Precision::BF16, "bf16", WFormat::BF16, false, true, bf16_sizes, bf16_prepare, bf16_view, bf16_activations,
+    {Precision::BF16, "bf16", WFormat::BF16, false, true, true, bf16_sizes, bf16_prepare, bf16_view, bf16_activations,
      bf16_pack, bf16_round_grad, bf16_parts},
-    {Precision::MXFP8, "mxfp8", WFormat::MX, true, true, mx_sizes, mx_prepare, mx_view, mx_activations, mx_pack,
+    {Precision::MXFP8, "mxfp8", WFormat::MX, true, true, false, mx_sizes, mx_prepare, mx_view, mx_activations, mx_pack,
      mx_round_grad, mx_parts},
-    {Precision::FP8Tensor, "fp8-tensor", WFormat::FP8, false, false, fp8_sizes<Precision::FP8Tensor>,
+    {Precision::FP8Tensor, "fp8-tensor", WFormat::FP8, false, false, false, fp8_sizes<Precision::FP8Tensor>,
      fp8_prepare<Precision::FP8Tensor>, fp8_view<Precision::FP8Tensor>, fp8_activations<Precision::FP8Tensor>,
      nullptr, nullptr, fp8_parts<Precision::FP8Tensor>},
-    {Precision::FP8Block128, "fp8-block128", WFormat::FP8, false, false, fp8_sizes<Precision::FP8Block128>,
+    {Precision::FP8Block128, "fp8-block128", WFormat::FP8, false, false, false, fp8_sizes<Precision::FP8Block128>,
      fp8_prepare<Precision::FP8Block128>, fp8_view<Precision::FP8Block128>, fp8_activations<Precision::FP8Block128>,
      nullptr, nullptr, fp8_parts<Precision::FP8Block128>},
 };

@@ -37,6 +37,11 @@ struct PrecisionTraits {
   WFormat wformat;       // how the GEMM reads the weights
   bool needs_k32;        // in features must be a multiple of 32 (MX row blocks)
   bool trainable;        // the learner has a backward for it (pack_operand and round_grad set)
+  // quantize_activations and round_grad are plain BF16 rounding, which gemm()
+  // does to its x operand itself under the pair chain (gemm.h: xb = bf16(x),
+  // and bf16(bf16(x)) = bf16(x)): callers of gemm() may skip them, bit for bit
+  // the same result. Not gemm_split_k, which multiplies its operands as given.
+  bool gemm_rounds_x;
   HeldSizes (*held_sizes)(int64_t n, int64_t k);
   // L.name, prec, n, k are set: fill its held weights from the FP32 master w[n, k]
   // (every precision but fp32 starts from the BF16 compute copy, BRIEF §4).
