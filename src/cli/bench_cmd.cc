@@ -14,6 +14,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "kernels/gemm.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
 
@@ -95,6 +96,10 @@ void bench_quantize(const BenchArgs& a) {
   if (a.json) fmt::print("{}\n", j.dump());
 }
 }  // namespace
+
+// --kernels (commands.h): shared by the training, RL and bench commands.
+void apply_kernels_option(const std::string& kernels) { detail::select_pair_kernel(kernels); }
+const char* pair_kernel_in_use() { return detail::pair_kernel_name(detail::gemm_pair_kernel()); }
 
 void add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks (figures beside a baseline measured in the same run)");

@@ -52,6 +52,7 @@ struct DecodeArgs {
   std::vector<int64_t> batches = {1, 32};
   int64_t prompt_len = 128, steps = 32, prefill_reps = 3;
   int threads = 0;
+  std::string kernels = "auto";
   bool json = false;
 };
 
@@ -163,6 +164,7 @@ void bench_decode(const DecodeArgs& a) {
     fail("bench decode: --prompt-len {} + --steps {} exceeds the {} positions of {}", a.prompt_len, a.steps,
          cfg.max_position_embeddings, a.shape);
 
+  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
   Progress progress;
@@ -252,6 +254,22 @@ void bench_decode(const DecodeArgs& a) {
       r.prefill_vs_first = r.prefill_tps / f.prefill_tps;
     }
   }
+  // Re-prepare: a weight sync drops the old model and builds the new one, so
+  // its memory is no longer the process's first touch. Plans interleaved,
+  // median of 3 (the first prepare above is the cold one).
+  std::vector<double> reprepare_s(np);
+  {
+    std::vector<std::vector<double>> t(np);
+    for (int rep = 0; rep < 3; ++rep)
+      for (size_t pi = 0; pi < np; ++pi) {
+        progress.show(fmt::format("  {} {}: re-prepare {}", a.shape, a.plans[pi], rep + 1));
+        models[pi].reset();
+        t0 = Clock::now();
+        models[pi] = std::make_unique<const Model>(params, plans[pi], exec);
+        t[pi].push_back(seconds_since(t0));
+      }
+    for (size_t pi = 0; pi < np; ++pi) reprepare_s[pi] = median(t[pi]);
+  }
   models.clear();
   progress.show("  memory bandwidth");
   const Bandwidth bw1 = measure_bandwidth(pool);
@@ -268,18 +286,21 @@ void bench_decode(const DecodeArgs& a) {
   }
   auto bytes_step = [](const Result& r) { return r.weight_bytes_step + r.kv_bytes_step; };
 
+
   const double MiB = 1 << 20;
   if (a.json) {
     nlohmann::json j = {{"bench", "decode"}, {"shape", a.shape}, {"params", params.numel()},
                         {"init_s", init_s}, {"prompt_len", a.prompt_len}, {"steps", a.steps},
                         {"prefill_reps", a.prefill_reps}, {"threads", pool.size()},
+                        {"pair_kernel", pair_kernel_in_use()},
                         {"memcpy_gbps", memcpy_gbps}, {"read_gbps", read_gbps}, {"bandwidth_buffer_bytes", bw0.bytes},
                         {"memcpy_gbps_before_after", {bw0.memcpy_gbps, bw1.memcpy_gbps}},
                         {"read_gbps_before_after", {bw0.read_gbps, bw1.read_gbps}},
                         {"baseline", a.plans.front()}, {"plans", nlohmann::json::array()},
                         {"results", nlohmann::json::array()}};
     for (size_t pi = 0; pi < np; ++pi)
-      j["plans"].push_back({{"plan", a.plans[pi]}, {"weight_bytes", weight_total[pi]}, {"prepare_s", prepare_s[pi]}});
+      j["plans"].push_back({{"plan", a.plans[pi]}, {"weight_bytes", weight_total[pi]}, {"prepare_s", prepare_s[pi]},
+                                {"reprepare_s", reprepare_s[pi]}});
     for (const Result& r : res)
       j["results"].push_back({{"plan", r.plan}, {"batch", r.batch}, {"prefill_s", r.prefill_s},
                               {"prefill_tokens_per_s", r.prefill_tps}, {"prefill_ratio_to_first", r.prefill_vs_first},
@@ -296,17 +317,18 @@ void bench_decode(const DecodeArgs& a) {
     return;
   }
   fmt::print("bench decode: {} ({:.1f} M params, random init {:.2f} s), prompt {} tokens, {} decode steps, "
-             "{} thread(s)\n",
-             a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size());
+             "{} thread(s), pair kernel {}\n",
+             a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(), pair_kernel_in_use());
   fmt::print("memcpy {:.2f} GB/s (bytes copied), read {:.2f} GB/s ({:.0f} MiB buffer, best of before/after)\n",
              memcpy_gbps, read_gbps, bw0.bytes / MiB);
   fmt::print("plans interleaved; prefill: median of {}, decode: median step; ratios to {} at the same batch\n",
              a.prefill_reps, a.plans.front());
   if (cfg.is_moe())
     fmt::print("MoE: expert bytes per step counted for E(1-(1-k/E)^B) distinct experts (uniform routing)\n");
-  fmt::print("{:<14} {:>12} {:>10}\n", "plan", "weights MiB", "prepare s");
+  fmt::print("{:<14} {:>12} {:>10} {:>12} {:>6}\n", "plan", "weights MiB", "prepare s", "re-prepare s", "x 1st");
   for (size_t pi = 0; pi < np; ++pi)
-    fmt::print("{:<14} {:>12.1f} {:>10.2f}\n", a.plans[pi], weight_total[pi] / MiB, prepare_s[pi]);
+    fmt::print("{:<14} {:>12.1f} {:>10.2f} {:>12.2f} {:>6.2f}\n", a.plans[pi], weight_total[pi] / MiB, prepare_s[pi],
+               reprepare_s[pi], reprepare_s[pi] / reprepare_s[0]);
   fmt::print("{:<14} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6}\n", "plan", "batch", "prefill/s",
              "x 1st", "decode/s", "step ms", "x 1st", "MiB/step", "GB/s", "x mcpy", "x read");
   for (const Result& r : res)
@@ -334,6 +356,7 @@ void add_bench_decode(CLI::App* bench) {
   c->add_option("--prefill-reps", a->prefill_reps, "Prefill repetitions (median)")
       ->check(CLI::Range(int64_t{1}, int64_t{100}))->capture_default_str();
   add_threads_option(c, &a->threads);
+  add_kernels_option(c, &a->kernels);
   c->add_flag("--json", a->json, "One JSON object on the last line");
   c->callback([a] { bench_decode(*a); });
 }

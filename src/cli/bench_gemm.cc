@@ -3,7 +3,11 @@
 // and FP32 matmul on the same shapes, in the same run, with the same number of
 // threads. X is FP32 for mxrl (oneDNN BF16 gets it already rounded to BF16);
 // weight packing / reordering and primitive creation are not timed (mxrl's pack
-// time is reported on its own).
+// time is reported on its own). The bf16 and mxfp8 columns use the pair kernel
+// --kernels selects (auto: VDPBF16PS where it passes its self-test); where the
+// CPU has AMX, two more columns time the AMX pair kernel on the same weights.
+// oneDNN picks its own ISA (AMX on such a CPU); ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
+// in the environment (read once, at its first use) caps it below AMX.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -29,6 +33,7 @@ namespace mxrl::cli {
 namespace {
 struct GemmBenchArgs {
   int threads = 0;
+  std::string kernels = "auto";
   bool json = false;
   bool quick = false;
   double min_time = 0.2;
@@ -75,9 +80,22 @@ struct DnnlMatmul {
 struct Row {
   int64_t m, n, k;
   double s_bf16, s_mx, s_f32, s_dnnl_bf16, s_dnnl_f32;
+  double s_amx_bf16, s_amx_mx;  // 0: AMX not measured
+};
+
+// The AMX pair kernel for the duration of a measurement, then back to --kernels.
+struct WithPairKernel {
+  detail::PairKernel saved;
+  explicit WithPairKernel(detail::PairKernel k) : saved(detail::gemm_pair_kernel()) { detail::set_gemm_pair_kernel(k); }
+  ~WithPairKernel() { detail::set_gemm_pair_kernel(saved); }
+  WithPairKernel(const WithPairKernel&) = delete;
+  WithPairKernel& operator=(const WithPairKernel&) = delete;
 };
 
 void bench_gemm(const GemmBenchArgs& a) {
+  apply_kernels_option(a.kernels);
+  // The AMX columns: where it runs and is not already what the bf16 / mxfp8 columns use.
+  const bool amx_cols = detail::amx_available() && detail::gemm_pair_kernel() != detail::PairKernel::Amx;
   ThreadPool pool(a.threads);
   set_onednn_threads(pool.size());
   const Exec exec{&pool, Backend::Auto};
@@ -125,9 +143,14 @@ void bench_gemm(const GemmBenchArgs& a) {
     for (int64_t m : ms) {
       progress.show(fmt::format("  measuring M={} N={} K={}", m, n, k));
       const double mt = m * n * k > (int64_t(1) << 30) ? 0 : a.min_time;  // the big ones: 5 runs are enough
-      Row r{m, n, k, 0, 0, 0, 0, 0};
+      Row r{m, n, k, 0, 0, 0, 0, 0, 0, 0};
       r.s_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), exec); }, mt);
       r.s_mx = time_median([&] { gemm(x.data(), m, pm, y.data(), exec); }, mt);
+      if (amx_cols) {
+        const WithPairKernel amx(detail::PairKernel::Amx);
+        r.s_amx_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), exec); }, mt);
+        r.s_amx_mx = time_median([&] { gemm(x.data(), m, pm, y.data(), exec); }, mt);
+      }
       r.s_f32 = time_median([&] { gemm(x.data(), m, pf, y.data(), exec); }, mt);
       DnnlMatmul db(m, n, k, true, xb.data(), wb.data(), yd.data());
       r.s_dnnl_bf16 = time_median([&] { db.run(); }, mt);
@@ -143,15 +166,20 @@ void bench_gemm(const GemmBenchArgs& a) {
   const Backend be = resolve_backend(Backend::Auto);
   auto gf = [](const Row& r, double s) { return 2.0 * r.m * r.n * r.k / s / 1e9; };
   nlohmann::json j = {{"bench", "gemm"}, {"threads", pool.size()}, {"backend", backend_name(be)},
+                      {"pair_kernel", pair_kernel_in_use()},
                       {"onednn_impl_bf16", impl_bf16}, {"onednn_impl_f32", impl_f32},
                       {"mx", "e4m3 rceil row"}, {"pack", packs}, {"results", nlohmann::json::array()}};
   if (!a.json) {
-    fmt::print("bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, {} thread(s); median GFLOP/s\n"
+    fmt::print("bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, pair kernel {}, {} thread(s); median "
+               "GFLOP/s{}\n"
                "oneDNN {}.{}.{}: bf16 impl {}, f32 impl {}\n",
-               backend_name(be), pool.size(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch,
-               impl_bf16, impl_f32);
-    fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}\n", "M", "N", "K",
+               backend_name(be), pair_kernel_in_use(), pool.size(),
+               amx_cols ? "; amx-bf16 / amx-mx: the AMX pair kernel (batch-invariant, not the reference chain)" : "",
+               dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, impl_bf16, impl_f32);
+    fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}", "M", "N", "K",
                "bf16", "mxfp8", "f32", "dnnl-bf16", "dnnl-f32", "bf16/df", "mx/df", "f32/df", "bf16/dbf");
+    if (amx_cols) fmt::print(" | {:>8} {:>8} {:>9}", "amx-bf16", "amx-mx", "amxb/dbf");
+    fmt::print("\n");
   }
   for (const Row& r : rows) {
     const double g[5] = {gf(r, r.s_bf16), gf(r, r.s_mx), gf(r, r.s_f32), gf(r, r.s_dnnl_bf16), gf(r, r.s_dnnl_f32)};
@@ -163,9 +191,23 @@ void bench_gemm(const GemmBenchArgs& a) {
                             {"ratio_to_onednn_f32", {{"mxrl_bf16", g[0] / g[4]}, {"mxrl_mxfp8", g[1] / g[4]},
                                                      {"mxrl_f32", g[2] / g[4]}}},
                             {"ratio_to_onednn_bf16", {{"mxrl_bf16", g[0] / g[3]}, {"mxrl_mxfp8", g[1] / g[3]}}}});
-    if (!a.json)
-      fmt::print("{:>5} {:>5} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.1f} {:>9.1f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f}\n",
+    if (amx_cols) {
+      const double ab = gf(r, r.s_amx_bf16), am = gf(r, r.s_amx_mx);
+      auto& res = j["results"].back();
+      res["gflops"]["mxrl_amx_bf16"] = ab;
+      res["gflops"]["mxrl_amx_mxfp8"] = am;
+      res["seconds"]["mxrl_amx_bf16"] = r.s_amx_bf16;
+      res["seconds"]["mxrl_amx_mxfp8"] = r.s_amx_mx;
+      res["ratio_to_onednn_bf16"]["mxrl_amx_bf16"] = ab / g[3];
+      res["ratio_to_onednn_bf16"]["mxrl_amx_mxfp8"] = am / g[3];
+    }
+    if (!a.json) {
+      fmt::print("{:>5} {:>5} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.1f} {:>9.1f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f}",
                  r.m, r.n, r.k, g[0], g[1], g[2], g[3], g[4], g[0] / g[4], g[1] / g[4], g[2] / g[4], g[0] / g[3]);
+      if (amx_cols)
+        fmt::print(" | {:>8.1f} {:>8.1f} {:>9.2f}", gf(r, r.s_amx_bf16), gf(r, r.s_amx_mx), gf(r, r.s_amx_bf16) / g[3]);
+      fmt::print("\n");
+    }
   }
   if (!a.json) {
     fmt::print("pack (not in the figures above), median ms:\n");
@@ -185,6 +227,7 @@ void add_bench_gemm(CLI::App* bench) {
   auto args = std::make_shared<GemmBenchArgs>();
   auto* g = bench->add_subcommand("gemm", "GEMM GFLOP/s (BF16, MXFP8, FP32 weights) beside oneDNN BF16 and FP32 matmul");
   add_threads_option(g, &args->threads);
+  add_kernels_option(g, &args->kernels);
   g->add_flag("--json", args->json, "Print one JSON object (last line) instead of a table");
   g->add_flag("--quick", args->quick, "Fewer shapes (M in {1, 32, 512}, N = K = 1024)");
   g->add_option("--min-time", args->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))

@@ -20,18 +20,20 @@ struct TrainBenchArgs {
   std::vector<int64_t> budgets = {512, 1024, 2048, 4096, 8192, 16384};
   bool sweep = false, json = false;
   int threads = 0;
+  std::string kernels = "auto";
 };
 
 void bench_train(TrainBenchArgs a) {
+  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   a.cfg.budgets = a.sweep ? a.budgets : std::vector<int64_t>{a.micro_batch_tokens};
   const exp::TrainBenchConfig& c = a.cfg;
   if (!a.json)
     fmt::print("bench train: {}, {} tokens per step ({} x {}), {} thread(s), median of {}, weight quantizations made "
-               "once per {}\n"
+               "once per {}, pair kernel {}\n"
                "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
                c.preset, c.tokens, c.tokens / c.seq_len, c.seq_len, pool.size(), c.reps,
-               c.requant_every_microbatch ? "micro-batch" : "step", "recipe", "budget", "mbs", "tokens/s",
+               c.requant_every_microbatch ? "micro-batch" : "step", pair_kernel_in_use(), "recipe", "budget", "mbs", "tokens/s",
                "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "attn", "adamw", "rest", "mb ms", "us/token");
   auto row = [&](const nlohmann::json& r) {
     if (a.json) return;
@@ -77,6 +79,7 @@ void add_bench_train(CLI::App* bench) {
   c->add_flag("--sweep", a->sweep, "Sweep the micro-batch budget and fit fixed and per-token costs");
   c->add_flag("--json", a->json, "One JSON object on stdout");
   add_threads_option(c, &a->threads);
+  add_kernels_option(c, &a->kernels);
   c->callback([a] { bench_train(*a); });
 }
 

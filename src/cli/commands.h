@@ -29,4 +29,18 @@ inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {
       ->default_val(0);
 }
 
+// --kernels {auto,fma,dot,amx}: how GEMMs with BF16 and MX weights run
+// (kernels/gemm.h, PairKernel); applied with apply_kernels_option before any
+// work. amx is batch-invariant but not the reference's pair chain: only when
+// asked for, and an error where the machine lacks it.
+inline CLI::Option* add_kernels_option(CLI::App* cmd, std::string* kernels) {
+  return cmd->add_option("--kernels", *kernels,
+                         "GEMM pair kernel for BF16/MX weights: auto (dot where it passes its self-test, else fma), "
+                         "fma, dot (VDPBF16PS), amx (AMX tiles: batch-invariant, not the reference chain)")
+      ->check(CLI::IsMember({"auto", "fma", "dot", "amx"}))
+      ->default_val("auto");
+}
+void apply_kernels_option(const std::string& kernels);  // bench_gemm.cc
+const char* pair_kernel_in_use();                        // "dot", "fma" or "amx" (bench headers)
+
 }  // namespace mxrl::cli

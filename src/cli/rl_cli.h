@@ -17,6 +17,7 @@ struct RlCliArgs {
   std::string out, metrics;
   int64_t log_every = 10;
   int threads = 0;
+  std::string kernels = "auto";  // --kernels
 };
 
 struct RlCliResult {

@@ -155,6 +155,7 @@ struct RlCmdArgs : RlCliArgs {
 void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   if (!a.config.empty()) apply_config_file(c, a.config);
   if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
+  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
   if (!a.resume.empty()) {
@@ -192,6 +193,7 @@ void add_rl_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   add_rl_options(c, *a);
   add_threads_option(c, &a->threads);
+  add_kernels_option(c, &a->kernels);
   c->callback([a, c] { run_rl_cmd(*a, c); });
 }
 

@@ -16,6 +16,7 @@ struct SftCliArgs {
   std::string out, metrics;
   int64_t samples = 8, log_every = 10;
   int threads = 0;
+  std::string kernels = "auto";  // --kernels
 };
 
 struct SftCliResult {

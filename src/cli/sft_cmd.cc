@@ -133,6 +133,7 @@ struct SftCmdArgs : SftCliArgs {
 };
 
 void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
+  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
   if (!a.resume.empty()) {
@@ -171,6 +172,7 @@ void add_sft_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   add_sft_options(c, *a);
   add_threads_option(c, &a->threads);
+  add_kernels_option(c, &a->kernels);
   c->callback([a, c] { run_sft_cmd(*a, c); });
 }
 

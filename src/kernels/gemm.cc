@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 
+#include "util/cpu.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -142,13 +143,54 @@ const std::string& bf16_dot_self_test() {
   return verdict;
 }
 
+bool amx_available() {
+#if defined(__x86_64__)
+  return request_amx();
+#else
+  return false;
+#endif
+}
+
 PairKernel gemm_pair_kernel() {
   const auto k = static_cast<PairKernel>(g_pair_kernel.load(std::memory_order_relaxed));
+  if (k == PairKernel::Amx && amx_available()) return PairKernel::Amx;  // only when asked for
   const bool dot_ok = bf16_dot_self_test() == "passed";
   return k != PairKernel::Fma && dot_ok ? PairKernel::Dot : PairKernel::Fma;
 }
 
+const char* pair_kernel_name(PairKernel k) {
+  switch (k) {
+    case PairKernel::Auto: return "auto";
+    case PairKernel::Dot: return "dot";
+    case PairKernel::Fma: return "fma";
+    case PairKernel::Amx: return "amx";
+  }
+  return "?";
+}
+
 void set_gemm_pair_kernel(PairKernel k) { g_pair_kernel.store(static_cast<int>(k), std::memory_order_relaxed); }
+
+void select_pair_kernel(const std::string& name) {
+  PairKernel k;
+  if (name == "auto") {
+    k = PairKernel::Auto;
+  } else if (name == "fma") {
+    k = PairKernel::Fma;
+  } else if (name == "dot") {
+    if (bf16_dot_self_test() != "passed")
+      fail("pair kernel 'dot' (VDPBF16PS) is not available here: {}", bf16_dot_self_test());
+    k = PairKernel::Dot;
+  } else if (name == "amx") {
+    if (!amx_available())
+      fail("pair kernel 'amx' is not available here: {}",
+           cpu_features().amx_bf16 && cpu_features().amx_tile ? "the OS refused the AMX tile state"
+                                                               : "this CPU has no AMX-BF16");
+    k = PairKernel::Amx;
+  } else {
+    fail("unknown pair kernel '{}' (auto, fma, dot, amx)", name);
+  }
+  set_gemm_pair_kernel(k);
+}
 }  // namespace detail
 
 namespace {
@@ -347,7 +389,15 @@ void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec
     std::memset(y, 0, static_cast<size_t>(m * N) * sizeof(float));
     return;
   }
-  const detail::GemmKernels& kern = detail::gemm_kernels(exec.backend);
+  const detail::GemmKernels* kp = &detail::gemm_kernels(exec.backend);
+#if defined(__x86_64__)
+  // The AMX pair kernel blocks rows by its 16-row tiles (each output is the
+  // same in any block: the blocking only sets how work is shared).
+  if (kp == &detail::kGemmAvx512 && detail::pair_contract(w.format()) &&
+      detail::gemm_pair_kernel() == detail::PairKernel::Amx)
+    kp = &detail::kGemmAmx;
+#endif
+  const detail::GemmKernels& kern = *kp;
   // Row blocks of (nearly) equal size, their count a multiple of the thread
   // count when there are several, so that each thread gets whole blocks.
   const int64_t threads = exec.pool ? exec.pool->size() : 1, P = w.panels();

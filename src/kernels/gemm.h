@@ -155,6 +155,7 @@ struct GemmKernels {
 extern const GemmKernels kGemmScalar;
 #if defined(__x86_64__)
 extern const GemmKernels kGemmAvx512;
+extern const GemmKernels kGemmAmx;  // BF16 and MX weights, PairKernel::Amx only (gemm_amx.cc)
 #endif
 const GemmKernels& gemm_kernels(Backend b);  // b resolved with resolve_backend
 
@@ -173,15 +174,39 @@ float bf16_dot_step(float acc, float x, float w);
 // How the AVX-512 backend computes the pair chain. Auto: VDPBF16PS when the
 // CPU has AVX512_BF16 and its instruction passes the self-test (run once, at
 // first use; a failure is reported once on stderr), else FMA.
-enum class PairKernel { Auto, Dot, Fma };
-PairKernel gemm_pair_kernel();           // resolved: Dot or Fma
-void set_gemm_pair_kernel(PairKernel k); // tests and benches; Dot where unavailable falls back to Fma
+//
+// Amx (only when asked for, never by Auto): AMX TDPBF16PS tiles, NOT the pair
+// chain above. The instruction sums 16 pairs per output in an internal order
+// and rounding the ISA leaves open, so results differ from the reference (by
+// a few ulps of sum |x w|). What it keeps is invariance: the operands are the
+// contract's (xb = bf16(x) RNE/DAZ, wb), K is padded with zeros to a multiple
+// of 32, and each output is C = 0; for s = 0, 1, ..: C = TDPBF16PS(C, xb[32s
+// .. 32s+31], wb[32s .. 32s+31]), one fixed sequence over K whatever M, the
+// row's position, the tiling or the thread count. So on one CPU model a row's
+// result is bitwise the same in any batch, and learner and sampler agree, but
+// a different CPU (or a future microcode) may round differently. TDPBF16PS
+// treats BF16 subnormal inputs as zero and flushes subnormal results to zero
+// (measured: gemm_test.cc, GemmAmx.FlushesLikeThePairChain), whatever MXCSR says.
+// A NaN output is the canonical 0x7FC00000, as on the other paths.
+enum class PairKernel { Auto, Dot, Fma, Amx };
+PairKernel gemm_pair_kernel();            // resolved: Dot, Fma, or Amx when asked for and available
+void set_gemm_pair_kernel(PairKernel k);  // Dot where unavailable falls back to Fma; Amx to Auto's choice
+const char* pair_kernel_name(PairKernel k);  // "auto", "dot", "fma", "amx"
+// set_gemm_pair_kernel by name ("auto", "fma", "dot", "amx"; the CLI's
+// --kernels). Throws Error, changing nothing, for another name or for "dot" /
+// "amx" where this machine cannot run it (no silent fallback when asked).
+void select_pair_kernel(const std::string& name);
+// The AMX pair kernel can run here: AVX-512, AMX-TILE, AMX-BF16 and the OS's
+// permission for the tile state (request_amx() in util/cpu.h).
+bool amx_available();
 // The self-test: VDPBF16PS and VCVTNE2PS2BF16 against bf16_dot_step and
 // bf16_dot_round on fixed vectors (pair order, denormal inputs and results,
 // NaN, infinities, rounding ties). "passed", "failed: ..." or "no AVX512_BF16".
 const std::string& bf16_dot_self_test();
 #if defined(__x86_64__)
 void gemm_pairs_dot(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+// The Amx pair kernel (gemm_amx.cc); only where amx_available().
+void gemm_pairs_amx(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void bf16_dot_instruction(float* acc16, const uint32_t* a16, const uint32_t* b16);  // one VDPBF16PS
 void bf16_convert_instruction(const float* x32, uint16_t* out32);                   // one VCVTNE2PS2BF16
 #endif

@@ -276,7 +276,9 @@ void run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_
 
 void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   if (pair_contract(w.format())) {
-    if (gemm_pair_kernel() == PairKernel::Dot) return gemm_pairs_dot(x, w, y, m0, m1, p0, p1);
+    const PairKernel pk = gemm_pair_kernel();
+    if (pk == PairKernel::Dot) return gemm_pairs_dot(x, w, y, m0, m1, p0, p1);
+    if (pk == PairKernel::Amx) return gemm_pairs_amx(x, w, y, m0, m1, p0, p1);  // asked for: not the pair chain
     // Two FMAs per pair under MXCSR FTZ (results flushed as VDPBF16PS does);
     // the operands' DAZ is explicit (the weight decode must see subnormals).
     struct FlushToZero {

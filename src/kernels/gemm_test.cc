@@ -353,7 +353,7 @@ TEST(Gemm, PairChainOddKRoundingAndFlushing) {
           }
           differ += f32_bits(acc) != f32_bits(ref[r * n + j]);
         }
-      if (tiny) EXPECT_GT(differ, 0) << "K " << k << ": the tiny case must reach DAZ/FTZ";
+      if (tiny) { EXPECT_GT(differ, 0) << "K " << k << ": the tiny case must reach DAZ/FTZ"; }
       for (const Engine& eng : engines()) {
         const UseEngine use(eng);
         const PackedWeight pw = PackedWeight::pack(view, {&pool, eng.be});
@@ -374,7 +374,7 @@ TEST(Gemm, Bf16DotSelfTestVerdict) {
   const std::string& v = detail::bf16_dot_self_test();
   std::printf("VDPBF16PS self-test on this CPU: %s\n", v.c_str());
   EXPECT_TRUE(v == "passed" || v == "no AVX512_BF16" || v.rfind("failed: ", 0) == 0) << v;
-  if (!cpu_features().avx512_bf16) EXPECT_EQ(v, "no AVX512_BF16");
+  if (!cpu_features().avx512_bf16) { EXPECT_EQ(v, "no AVX512_BF16"); }
   EXPECT_EQ(detail::gemm_pair_kernel() == detail::PairKernel::Dot, v == "passed");
 }
 
@@ -542,8 +542,9 @@ TEST(GemmSplitK, OneSplitIsTheReferenceFourAreAnotherOrder) {
     gemm_reference(x.data(), m, w.view, ref.data());
     gemm_split_k(x.data(), m, w.view, one.data(), 1);
     gemm_split_k(x.data(), m, w.view, four.data(), 4);
-    if (!detail::pair_contract(w.view.fmt))  // the pair chain is itself another order
+    if (!detail::pair_contract(w.view.fmt)) {  // the pair chain is itself another order
       EXPECT_EQ(std::memcmp(ref.data(), one.data(), ref.size() * sizeof(float)), 0) << w.name;
+    }
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n; ++j) {
         double mag = 0;  // sum of |x w|: both orders are within K u of it
@@ -559,6 +560,165 @@ TEST(GemmSplitK, OneSplitIsTheReferenceFourAreAnotherOrder) {
   const std::vector<float> x = random_matrix(1, 32, 2);
   std::vector<float> y(2);
   EXPECT_THROW(gemm_split_k(x.data(), 1, w.view, y.data(), 0), Error);
+}
+}  // namespace
+}  // namespace mxrl
+
+namespace mxrl {
+namespace {
+// The AMX pair kernel (PairKernel::Amx): asked for, never chosen by Auto; not
+// the pair chain, so it is tested for invariance (bitwise, against itself)
+// and for a tolerance against the reference. Skipped where AMX is not usable.
+struct UseAmx {
+  UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Amx); }
+  ~UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Auto); }
+  UseAmx(const UseAmx&) = delete;
+  UseAmx& operator=(const UseAmx&) = delete;
+};
+#define MXRL_SKIP_WITHOUT_AMX() \
+  if (!detail::amx_available()) GTEST_SKIP() << "no AMX-BF16 here (or the OS refused the tile state)"
+
+TEST(GemmAmx, OnlyWhenAskedFor) {
+  detail::set_gemm_pair_kernel(detail::PairKernel::Auto);
+  EXPECT_NE(detail::gemm_pair_kernel(), detail::PairKernel::Amx);
+  {
+    const UseAmx amx;
+    EXPECT_EQ(detail::gemm_pair_kernel() == detail::PairKernel::Amx, detail::amx_available());
+    if (!detail::amx_available()) { EXPECT_NE(detail::gemm_pair_kernel(), detail::PairKernel::Auto); }
+  }
+  EXPECT_NE(detail::gemm_pair_kernel(), detail::PairKernel::Amx);
+  EXPECT_STREQ(detail::pair_kernel_name(detail::PairKernel::Amx), "amx");
+}
+
+// Every output depends only on its X row, its W column and K: the full X in
+// one call equals each row alone (M = 1), one thread equals two, and the rows
+// permuted give the same rows permuted. K not a multiple of 32 (BF16), N not
+// a multiple of 32, M across the 16-row tiles, the 32-row tile pairs and the
+// 256-row blocks.
+TEST(GemmAmx, BatchInvariance) {
+  MXRL_SKIP_WITHOUT_AMX();
+  const UseAmx amx;
+  ThreadPool pool1(1), pool2(2);
+  uint32_t seed = 7000;
+  struct Shape {
+    Kind kind;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{Kind::BF16, 33, 50},          {Kind::BF16, 100, 544},       {Kind::BF16, 70, 1001},
+                          {Kind::MxE4M3RCeil, 33, 64},   {Kind::MxE4M3RCeil, 100, 544}, {Kind::MxE4M3Floor, 45, 1024},
+                          {Kind::MxE5M2RCeil, 17, 96}};
+  for (const Shape& s : shapes) {
+    ++seed;
+    const Weight w = make_weight(s.kind, s.n, s.k, seed, false, /*wide=*/seed % 3 == 0);
+    const PackedWeight pw = PackedWeight::pack(w.view);
+    const int64_t n = s.n, k = s.k;
+    for (int64_t m : {1, 3, 16, 17, 33, 100, 300}) {
+      const std::vector<float> x = random_matrix(m, k, ++seed);
+      const std::string what = "amx " + shape_name(w, m);
+      std::vector<float> y2(static_cast<size_t>(m * n)), y1(y2.size()), yp(y2.size()), xp(x.size());
+      gemm(x.data(), m, pw, y2.data(), {&pool2});
+      gemm(x.data(), m, pw, y1.data(), {&pool1});
+      expect_same_bits(y1.data(), y2.data(), y2.size(), what + " 1 vs 2 threads");
+      for (int64_t r = 0; r < m; ++r) {
+        std::vector<float> one(static_cast<size_t>(n));
+        gemm(x.data() + r * k, 1, pw, one.data());
+        expect_same_bits(one.data(), y2.data() + r * n, static_cast<size_t>(n),
+                         what + " row " + std::to_string(r) + " alone");
+      }
+      // A fixed permutation: row r goes to (r * 7 + 3) mod m when 7 is coprime with m, else reversed.
+      std::vector<int64_t> to(static_cast<size_t>(m));
+      for (int64_t r = 0; r < m; ++r) to[r] = m % 7 != 0 ? (r * 7 + 3) % m : m - 1 - r;
+      for (int64_t r = 0; r < m; ++r) std::memcpy(&xp[to[r] * k], &x[r * k], static_cast<size_t>(k) * sizeof(float));
+      gemm(xp.data(), m, pw, yp.data(), {&pool2});
+      for (int64_t r = 0; r < m; ++r)
+        expect_same_bits(yp.data() + to[r] * n, y2.data() + r * n, static_cast<size_t>(n), what + " permuted");
+    }
+  }
+}
+
+// Against the reference pair chain: both are sums of the same exact products
+// (BF16 x BF16 is exact in FP32) rounded to FP32 in some order, each within
+// K u sum_k |x_k w_k| of the exact sum (u = 2^-24, any summation order of at
+// most K roundings), plus what flushing subnormal partial results to zero can
+// lose (below 2^-126 per step). So |y_amx - y_ref| <= 2 K u sum|x w| + 2 K
+// 2^-126 is a bound that holds whatever order TDPBF16PS adds in. Tighter, and
+// what the test really leans on: against the exact sum (in double), AMX's
+// largest error in units of u sum|x w| is no worse than the sequential
+// reference chain's own (its partial sums over 32-wide steps are shorter
+// chains), and small in absolute terms.
+TEST(GemmAmx, ToleranceAgainstReference) {
+  MXRL_SKIP_WITHOUT_AMX();
+  const UseAmx amx;
+  ThreadPool pool(2);
+  uint32_t seed = 8000;
+  int64_t differ = 0, total = 0;
+  for (Kind kind : {Kind::BF16, Kind::MxE4M3RCeil, Kind::MxE4M3Floor, Kind::MxE5M2RCeil})
+    for (int64_t k : {32, 96, 544, 2048}) {
+      const int64_t n = 40, m = 21;
+      const Weight w = make_weight(kind, n, k, ++seed);
+      const std::vector<float> x = random_matrix(m, k, ++seed);
+      std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
+      gemm_reference(x.data(), m, w.view, ref.data());
+      gemm(x.data(), m, PackedWeight::pack(w.view), y.data(), {&pool});
+      double worst_amx = 0, worst_ref = 0;  // |y - exact| / (u sum|x w|)
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          double mag = 0, exact = 0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const double p = double(detail::bf16_dot_round(x[r * k + kk])) *
+                             detail::bf16_dot_daz(weight_value(w.view, j, kk));
+            mag += std::fabs(p);
+            exact += p;
+          }
+          const size_t i = static_cast<size_t>(r * n + j);
+          const double u = 0x1p-24;
+          EXPECT_LE(std::fabs(double(y[i]) - double(ref[i])), 2.0 * k * u * mag + 2.0 * k * 0x1p-126)
+              << w.name << " K=" << k << " [" << i << "]";
+          if (mag > 0x1p-100) {
+            worst_amx = std::max(worst_amx, std::fabs(y[i] - exact) / (u * mag));
+            worst_ref = std::max(worst_ref, std::fabs(ref[i] - exact) / (u * mag));
+          }
+          differ += f32_bits(y[i]) != f32_bits(ref[i]);
+          ++total;
+        }
+      std::printf("AMX %s K=%lld: largest error vs exact %.2f u sum|x w| (reference chain %.2f)\n", w.name.c_str(),
+                  static_cast<long long>(k), worst_amx, worst_ref);
+      EXPECT_LE(worst_amx, std::max(2.0, worst_ref)) << w.name << " K=" << k;
+    }
+  std::printf("AMX vs reference: %lld of %lld outputs differ\n", static_cast<long long>(differ),
+              static_cast<long long>(total));
+}
+
+// What TDPBF16PS does with subnormals, measured through the GEMM (K = 2, one
+// pair; X exact in BF16): a BF16 subnormal weight counts as zero (DAZ), a
+// product or sum below 2^-126 becomes a signed zero (FTZ), as the pair chain
+// (and VDPBF16PS) does; normal results are exact. NaN and infinities come out
+// as the reference says, NaN canonical.
+TEST(GemmAmx, FlushesLikeThePairChain) {
+  MXRL_SKIP_WITHOUT_AMX();
+  const UseAmx amx;
+  struct Case {
+    float x0, x1;
+    uint16_t w0, w1;
+  };
+  const Case cases[] = {
+      {0x1p100f, 0.0f, 0x0001, 0x0000},        // subnormal weight 2^-133: x w = 2^-33 unless DAZ
+      {0x1p-70f, 0.0f, 0x21C0 /*1.5*2^-60*/, 0},  // product 1.5 * 2^-130: subnormal
+      {0x1p-63f, -0x1p-63f, 0x0080 /*2^-126*/ + (1u << 14), 0x3f00 /*0.5*/},  // normal product pieces
+      {0x1p-20f, 0x1p-20f, 0x1F80 /*2^-64*/, 0x9F80 /*-2^-64*/},  // products cancel exactly: +0
+      {1.0f, 0x1p-126f, 0x0080 /*2^-126*/, 0xBF00 /*-0.5*/},      // 2^-126 - 2^-127: subnormal sum
+      {NAN, 1.0f, 0x3F80, 0x3F80},  {INFINITY, 1.0f, 0x3F80, 0x3F80}, {INFINITY, 1.0f, 0x3F80, 0xFF80},
+  };
+  for (const Case& c : cases) {
+    const float x[2] = {c.x0, c.x1};
+    const uint16_t wv[2] = {c.w0, c.w1};
+    const WeightView view{WFormat::BF16, 1, 2, wv};
+    float ref = -1, y = -1;
+    gemm_reference(x, 1, view, &ref);
+    gemm(x, 1, PackedWeight::pack(view), &y);
+    EXPECT_EQ(f32_bits(y), f32_bits(ref)) << "x " << c.x0 << ", " << c.x1 << " w 0x" << std::hex << c.w0 << ", 0x"
+                                         << c.w1 << ": amx " << y << " reference " << ref;
+  }
 }
 }  // namespace
 }  // namespace mxrl

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "io/safetensors.h"
+#include "kernels/gemm.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "model/digest.h"
@@ -164,6 +165,49 @@ INSTANTIATE_TEST_SUITE_P(Plans, LearnerPlans,
                          ::testing::Combine(::testing::Bool(),
                                             ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-floor",
                                                               "mxfp8-half")));
+
+// The AMX kernel family (--kernels amx) is not the pair chain, but its K order
+// is fixed: under it the learner's forward log-probs still equal the
+// sampler's bitwise, and gradients do not depend on the thread count.
+class LearnerAmx : public ::testing::TestWithParam<std::tuple<bool, std::string>> {};
+
+TEST_P(LearnerAmx, SamplerAgreementAndThreadInvarianceHoldUnderAmx) {
+  if (!detail::amx_available()) GTEST_SKIP() << "no AMX-BF16 here (or the OS refused the tile state)";
+  const auto [moe, plan] = GetParam();
+  ParamTable params(small_test_config(moe));
+  init_params(params, 3, 0.2f);
+  const auto batch = random_batch(7, params.config().vocab_size, 5);
+  LearnerConfig cfg = config_for(plan, 64);
+  std::vector<float> g_auto;
+  Learner(params, cfg).loss_and_grads(batch, g_auto);
+
+  struct UseAmx {
+    UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Amx); }
+    ~UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Auto); }
+  } amx;
+  ASSERT_EQ(detail::gemm_pair_kernel(), detail::PairKernel::Amx);
+  const Model sampler(params, PrecisionPlan::resolve(plan));
+  Learner learner(params, cfg);
+  const auto ours = learner.logprobs(batch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto theirs = score_sequences(sampler, {{batch[i].tokens, 1}});
+    for (size_t t = 1, j = 0; t < batch[i].tokens.size(); ++t)
+      if (batch[i].target[t]) {
+        ASSERT_LT(j, ours[i].size());
+        ASSERT_EQ(f32_bits(ours[i][j++]), f32_bits(theirs[0][t - 1])) << plan << " seq " << i << " token " << t;
+      }
+  }
+  std::vector<float> g1, g3;
+  Learner(params, cfg).loss_and_grads(batch, g1);
+  ThreadPool pool(3);
+  Learner(params, cfg, Exec{&pool}).loss_and_grads(batch, g3);
+  ASSERT_EQ(g1.size(), g3.size());
+  EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float))) << plan;
+  // And AMX really ran: its sums are rounded differently from the pair chain's.
+  EXPECT_NE(0, std::memcmp(g1.data(), g_auto.data(), g1.size() * sizeof(float))) << plan;
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, LearnerAmx, ::testing::Combine(::testing::Bool(), ::testing::Values("bf16", "mxfp8")));
 
 double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   double ab = 0, aa = 0, bb = 0;

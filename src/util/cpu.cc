@@ -1,6 +1,10 @@
 #include "util/cpu.h"
 
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +29,20 @@ static CpuFeatures detect() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
+}
+
+bool request_amx() {
+  static const bool ok = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.avx512 || !f.amx_tile || !f.amx_bf16) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
 }
 
 Backend resolve_backend(Backend requested) {

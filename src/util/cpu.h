@@ -9,11 +9,17 @@ enum class Backend { Auto, Scalar, Avx512 };
 struct CpuFeatures {
   bool avx512 = false;       // F + BW + DQ + VL, with OS support
   bool avx512_bf16 = false;
-  bool amx_tile = false;
+  bool amx_tile = false;     // CPUID only: usable after request_amx()
   bool amx_bf16 = false;
 };
 
 const CpuFeatures& cpu_features();
+// AMX-TILE + AMX-BF16 usable by this process: the CPU has them (and
+// AVX-512), and the OS granted the tile data state (on Linux, arch_prctl
+// ARCH_REQ_XCOMP_PERM for XTILEDATA, asked once, at the first call; the
+// permission is process-wide). False elsewhere. Asked only by code that wants
+// AMX, so processes that never use it keep the smaller signal frames.
+bool request_amx();
 // Auto resolves to the best backend this CPU runs (respecting MXRL_BACKEND);
 // asking for one the CPU lacks falls back to Scalar.
 Backend resolve_backend(Backend requested);

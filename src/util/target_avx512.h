@@ -32,3 +32,17 @@
   _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma\")")
 #define MXRL_END_AVX512_BF16 _Pragma("GCC pop_options")
 #endif
+
+// The same with AMX-TILE + AMX-BF16 (TDPBF16PS on tile registers): code that
+// runs only after request_amx() (util/cpu.h) said yes and the caller asked
+// for the AMX pair kernel (kernels/gemm.h).
+#if defined(__clang__)
+// clang-format off
+#define MXRL_BEGIN_AMX _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,fma,amx-tile,amx-bf16\"))), apply_to = function)")
+// clang-format on
+#define MXRL_END_AMX _Pragma("clang attribute pop")
+#else
+#define MXRL_BEGIN_AMX \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,fma,amx-tile,amx-bf16\")")
+#define MXRL_END_AMX _Pragma("GCC pop_options")
+#endif
