@@ -11,6 +11,9 @@
 #include <xxhash.h>
 
 #include <atomic>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <cstdio>
 
 #include "util/cpu.h"
@@ -236,6 +239,44 @@ void pack_panel(const T* s, int64_t K, int64_t n0, int64_t cols, T* d) {
     }
   }
 }
+// The same panel from the transpose: s is W^T, row-major [K][N], so each k
+// gives 32 consecutive source elements (one contiguous read, one contiguous
+// write per k, no transpose).
+template <typename T, bool kInterleave>
+void pack_panel_transposed(const T* s, int64_t N, int64_t K, int64_t n0, int64_t cols, T* d) {
+  for (int64_t k = 0; k < K; ++k) {
+    const T* ss = s + k * N + n0;
+    T* dd = d + k * kPanel;
+    if (cols == kPanel) {  // a full panel: the interleave is an unpack of the two halves
+      if constexpr (!kInterleave) {
+        std::memcpy(dd, ss, kPanel * sizeof(T));
+        continue;
+      }
+#if defined(__SSE2__)
+      const auto* si = reinterpret_cast<const __m128i*>(ss);
+      auto* di = reinterpret_cast<__m128i*>(dd);
+      if constexpr (sizeof(T) == 1) {  // columns 0..15 and 16..31 -> 0, 16, 1, 17, ..
+        const __m128i lo = _mm_loadu_si128(si), hi = _mm_loadu_si128(si + 1);
+        _mm_storeu_si128(di, _mm_unpacklo_epi8(lo, hi));
+        _mm_storeu_si128(di + 1, _mm_unpackhi_epi8(lo, hi));
+        continue;
+      } else if constexpr (sizeof(T) == 2) {
+        const __m128i lo0 = _mm_loadu_si128(si), lo1 = _mm_loadu_si128(si + 1);
+        const __m128i hi0 = _mm_loadu_si128(si + 2), hi1 = _mm_loadu_si128(si + 3);
+        _mm_storeu_si128(di, _mm_unpacklo_epi16(lo0, hi0));
+        _mm_storeu_si128(di + 1, _mm_unpackhi_epi16(lo0, hi0));
+        _mm_storeu_si128(di + 2, _mm_unpacklo_epi16(lo1, hi1));
+        _mm_storeu_si128(di + 3, _mm_unpackhi_epi16(lo1, hi1));
+        continue;
+      }
+#endif
+    }
+    for (int64_t j = 0; j < kPanel; ++j) {
+      const int64_t pos = kInterleave ? (j < 16 ? 2 * j : 2 * (j - 16) + 1) : j;
+      dd[pos] = j < cols ? ss[j] : T(0);
+    }
+  }
+}
 }  // namespace
 
 float weight_value(const WeightView& w, int64_t n, int64_t k) {
@@ -284,6 +325,24 @@ uint64_t PackedWeight::fingerprint() const {
 
 PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {
   validate(w, "gemm pack");
+  return pack_impl(w, false, exec);
+}
+
+PackedWeight PackedWeight::pack_transposed(const WeightView& wt, const Exec& exec) {
+  if (wt.fmt == WFormat::FP8) fail("gemm pack_transposed: FP8 grids are packed from W, not W^T");
+  if (wt.n < 0 || wt.k < 0) fail("gemm pack_transposed: negative shape [{}, {}]", wt.n, wt.k);
+  if (wt.n * wt.k > 0 && !wt.data) fail("gemm pack_transposed: {} W^T [{}, {}] has no data", wformat_name(wt.fmt), wt.n, wt.k);
+  if (wt.fmt == WFormat::MX) {
+    if (wt.n % kMxBlock != 0)
+      fail("gemm pack_transposed: MX W^T [{}, {}]: its rows (W's K) must be a multiple of {}", wt.n, wt.k, kMxBlock);
+    if (wt.n * wt.k > 0 && !wt.mx_scales) fail("gemm pack_transposed: MX W^T [{}, {}] has no scales", wt.n, wt.k);
+  }
+  WeightView w = wt;  // W's shape; data and scales stay in W^T's layout
+  w.n = wt.k, w.k = wt.n;
+  return pack_impl(w, true, exec);
+}
+
+PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const Exec& exec) {
   PackedWeight pw;
   pw.fmt_ = w.fmt;
   pw.elem_ = w.elem;
@@ -310,7 +369,10 @@ PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {
   pw.fast_.assign(static_cast<size_t>(P), 0);
   const uint8_t code_limit = static_cast<uint8_t>(f.num_codes() - 1);
   const int fold_exp = 127 - f.bias;  // a code's shifted bits read as FP32 are its value * 2^-fold_exp
-  std::vector<int64_t> bad_code(static_cast<size_t>(P), -1);
+  std::vector<int64_t> bad_code(static_cast<size_t>(P), -1);  // W's [n][k] index of a code that does not fit
+  std::vector<uint8_t> bad_value(static_cast<size_t>(P), 0);
+  // Element (n, k) of W in the source layout.
+  const auto at = [&](int64_t n, int64_t k) { return transposed ? k * N + n : n * K + k; };
 
   // Codes whose magnitude (code & 0x7F) is at least this mean NaN or Inf (0x80: none).
   const int special_min = !f.has_nan ? 0x80 : f.has_inf ? 0x7C : 0x7F;
@@ -321,39 +383,50 @@ PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {
       const int64_t n0 = p * kPanel;
       switch (w.fmt) {
         case WFormat::F32:
-          pack_panel<float, false>(static_cast<const float*>(w.data), K, n0, cols, reinterpret_cast<float*>(dst));
+          if (transposed)
+            pack_panel_transposed<float, false>(static_cast<const float*>(w.data), N, K, n0, cols,
+                                                reinterpret_cast<float*>(dst));
+          else
+            pack_panel<float, false>(static_cast<const float*>(w.data), K, n0, cols, reinterpret_cast<float*>(dst));
           break;
         case WFormat::BF16:
-          pack_panel<uint16_t, true>(static_cast<const uint16_t*>(w.data), K, n0, cols,
-                                     reinterpret_cast<uint16_t*>(dst));
+          if (transposed)
+            pack_panel_transposed<uint16_t, true>(static_cast<const uint16_t*>(w.data), N, K, n0, cols,
+                                                  reinterpret_cast<uint16_t*>(dst));
+          else
+            pack_panel<uint16_t, true>(static_cast<const uint16_t*>(w.data), K, n0, cols,
+                                       reinterpret_cast<uint16_t*>(dst));
           break;
         case WFormat::MX:
         case WFormat::FP8: {
           const auto* s = static_cast<const uint8_t*>(w.data);
-          pack_panel<uint8_t, true>(s, K, n0, cols, dst);
+          if (transposed)
+            pack_panel_transposed<uint8_t, true>(s, N, K, n0, cols, dst);
+          else
+            pack_panel<uint8_t, true>(s, K, n0, cols, dst);
+          // The checks read the packed panel: every code of the panel's columns, in any order.
           bool fast = f.bits == 8;
-          for (int64_t j = 0; j < cols; ++j) {
-            const uint8_t* row = s + (n0 + j) * K;
-            uint8_t any_bits = 0;
-            bool special = false;
-            for (int64_t k = 0; k < K; ++k) {
-              any_bits |= row[k];
-              special |= (row[k] & 0x7F) >= special_min;
-            }
-            if (special) fast = false;
-            if ((any_bits & ~code_limit) && bad_code[p] < 0)
+          uint8_t any_bits = 0;
+          bool special = false;
+          for (int64_t i = 0; i < K * kPanel; ++i) {
+            any_bits |= dst[i];
+            special |= (dst[i] & 0x7F) >= special_min;
+          }
+          if (special) fast = false;
+          if (any_bits & ~code_limit)  // the first bad code in W's row-major order
+            for (int64_t j = 0; j < cols && bad_code[p] < 0; ++j)
               for (int64_t k = 0; k < K; ++k)
-                if (row[k] > code_limit) {
+                if (s[at(n0 + j, k)] > code_limit) {
                   bad_code[p] = (n0 + j) * K + k;
+                  bad_value[p] = s[at(n0 + j, k)];
                   break;
                 }
-          }
           const int64_t G = pw.k_groups_;
           if (w.fmt == WFormat::MX) {
             uint8_t* ds = pw.mx_scales_.data() + p * G * kPanel;
             for (int64_t g = 0; g < G; ++g)
               for (int64_t j = 0; j < cols; ++j) {
-                const uint8_t b = w.mx_scales[(n0 + j) * G + g];
+                const uint8_t b = transposed ? w.mx_scales[g * N + n0 + j] : w.mx_scales[(n0 + j) * G + g];
                 ds[g * kPanel + j] = b;
                 if (b != kE8M0Nan && static_cast<int>(b) + fold_exp > 254) fast = false;
               }
@@ -376,8 +449,8 @@ PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {
   }, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, K * kPanel)));
   for (int64_t p = 0; p < P; ++p)
     if (bad_code[p] >= 0)
-      fail("gemm pack: element code 0x{:02X} at [{}, {}] does not fit {} ({} bits)",
-           static_cast<const uint8_t*>(w.data)[bad_code[p]], bad_code[p] / K, bad_code[p] % K, f.name, f.bits);
+      fail("gemm pack: element code 0x{:02X} at [{}, {}] does not fit {} ({} bits)", bad_value[p], bad_code[p] / K,
+           bad_code[p] % K, f.name, f.bits);
   return pw;
 }
 

@@ -71,6 +71,13 @@ class PackedWeight {
   // a multiple of 32, an FP8 grid with a group dimension < 1, element codes
   // outside the element type's bit width.
   static PackedWeight pack(const WeightView& w, const Exec& exec = {});
+  // The same packing (bitwise) from W's transpose: wt describes W^T [K, N],
+  // row-major (wt.n = K, wt.k = N), as F32, BF16 or MX codes; MX scales are
+  // then W^T's column blocks (32 x 1 along K: E8M0 [K/32][N], mx_quantize
+  // Axis::Col), which are W's row blocks. For an operand that is at hand
+  // transposed (the wgrad's X): no transpose before packing. Throws as pack,
+  // and for FP8 or an MX W^T whose rows are not a multiple of 32.
+  static PackedWeight pack_transposed(const WeightView& wt, const Exec& exec = {});
 
   PackedWeight() = default;
   PackedWeight(PackedWeight&&) noexcept = default;
@@ -111,6 +118,7 @@ class PackedWeight {
   bool panel_fast(int64_t p) const { return fast_[p] != 0; }
 
  private:
+  static PackedWeight pack_impl(const WeightView& w, bool transposed, const Exec& exec);
   struct FreeDeleter {
     void operator()(uint8_t* p) const;
   };

@@ -722,3 +722,76 @@ TEST(GemmAmx, FlushesLikeThePairChain) {
 }
 }  // namespace
 }  // namespace mxrl
+
+namespace mxrl {
+namespace {
+
+// pack_transposed of W^T is pack of W, byte for byte (fingerprints cover the
+// panels, scales and fast flags), including special codes, an unfoldable
+// scale, N and K off the panel and block sizes; and it refuses what it must.
+TEST(Gemm, PackTransposedEqualsPackOfTheTranspose) {
+  uint32_t seed = 300;
+  for (Kind kind : {Kind::F32, Kind::BF16, Kind::MxE4M3RCeil, Kind::MxE5M2Floor})
+    for (int64_t n : {1, 31, 33, 70})
+      for (int64_t k : {32, 96, 5, 33}) {
+        const bool mx = kind != Kind::F32 && kind != Kind::BF16;
+        if (mx && k % 32 != 0) continue;
+        Weight w = make_weight(kind, n, k, ++seed, /*specials=*/true, /*wide=*/true);
+        if (mx && n > 40) {
+          w.codes[40 * k + 1] = 0x7F;             // a NaN code (E4M3 and E5M2) in panel 1
+          w.mx_scales[35 * (k / 32)] = 7 + 128;  // a scale the fast decode cannot fold, panel 1
+        }
+        // W^T, row-major [k][n]; MX scales as column blocks [k/32][n].
+        std::vector<float> tf;
+        std::vector<uint16_t> tb;
+        std::vector<uint8_t> tc, ts;
+        WeightView t = w.view;
+        t.n = k, t.k = n;
+        if (kind == Kind::F32) {
+          for (int64_t r = 0; r < k; ++r)
+            for (int64_t c = 0; c < n; ++c) tf.push_back(w.f32[c * k + r]);
+          t.data = tf.data();
+        } else if (kind == Kind::BF16) {
+          for (int64_t r = 0; r < k; ++r)
+            for (int64_t c = 0; c < n; ++c) tb.push_back(w.bf16[c * k + r]);
+          t.data = tb.data();
+        } else {
+          for (int64_t r = 0; r < k; ++r)
+            for (int64_t c = 0; c < n; ++c) tc.push_back(w.codes[c * k + r]);
+          for (int64_t g = 0; g < k / 32; ++g)
+            for (int64_t c = 0; c < n; ++c) ts.push_back(w.mx_scales[c * (k / 32) + g]);
+          t.data = tc.data(), t.mx_scales = ts.data();
+        }
+        ThreadPool pool(2);
+        const PackedWeight a = PackedWeight::pack(w.view), b = PackedWeight::pack_transposed(t, {&pool});
+        EXPECT_EQ(a.fingerprint(), b.fingerprint()) << w.name << " n " << n << " k " << k;
+        ASSERT_EQ(a.panels(), b.panels());
+        for (int64_t p = 0; p < a.panels(); ++p) EXPECT_EQ(a.panel_fast(p), b.panel_fast(p)) << w.name << " " << p;
+        if (mx && n > 40) { EXPECT_FALSE(b.panel_fast(1)); }
+      }
+  Weight m = make_weight(Kind::MxE4M3RCeil, 8, 32, 1);
+  WeightView t = m.view;
+  t.n = 33, t.k = 8;  // W^T rows (W's K) not a multiple of 32
+  EXPECT_THROW(PackedWeight::pack_transposed(t), Error);
+  t.fmt = WFormat::FP8;
+  EXPECT_THROW(PackedWeight::pack_transposed(t), Error);
+  Weight f6 = make_weight(Kind::MxE4M3RCeil, 4, 32, 2);
+  WeightView v6 = f6.view;
+  v6.elem = ElemType::E3M2;  // 6-bit codes: 0x80 does not fit
+  std::vector<uint8_t> c6(32 * 4), s6(4);
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t c = 0; c < 4; ++c) c6[r * 4 + c] = f6.codes[c * 32 + r] & 0x3F;  // valid 6-bit codes
+  for (int64_t c = 0; c < 4; ++c) s6[c] = f6.mx_scales[c];
+  c6[7 * 4 + 3] = 0x80;  // W[3][7]
+  WeightView t6 = v6;
+  t6.n = 32, t6.k = 4, t6.data = c6.data(), t6.mx_scales = s6.data();
+  try {
+    PackedWeight::pack_transposed(t6);
+    ADD_FAILURE() << "a 6-bit code of 0x80 was packed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("0x80 at [3, 7]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mxrl

@@ -33,10 +33,10 @@ PackedWeight prepare_dgrad_weight(const std::string& name, const float* w, int64
   if (!t.trainable) fail("{}: the learner trains fp32, bf16 and mxfp8 linears, not {}", name, prec.str());
   if (t.needs_k32 && n % kMxBlock != 0)
     fail("{}: out features ({}) must be a multiple of {} for the MX dgrad (W col blocks)", name, n, kMxBlock);
-  std::vector<float> wt(k * n);
-  transpose(w, n, k, n, wt.data(), exec);
-  if (t.wformat != WFormat::F32) bf16_round(wt.data(), k * n, wt.data(), exec);  // the compute copy
-  return t.pack_operand(prec, wt.data(), k, n, exec);
+  if (t.wformat == WFormat::F32) return t.pack_operand(prec, w, n, n, k, exec);
+  std::vector<float> compute(n * k);  // the compute copy
+  bf16_round(w, n * k, compute.data(), exec);
+  return t.pack_operand(prec, compute.data(), n, n, k, exec);
 }
 
 void linear_dgrad(const LinearPrecision& prec, ElemType grad_elem, const PackedWeight& wt, const float* dy, int64_t m,
@@ -68,14 +68,13 @@ void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* 
   if (m == 0) return;
   const PrecisionTraits& t = trainable(prec);
   const int64_t mp = t.needs_k32 ? (m + kMxBlock - 1) / kMxBlock * kMxBlock : m;  // MX col blocks pad M
-  const auto a = scratch(n * mp), b = scratch(k * mp), out = scratch(n * k);
+  const auto a = scratch(n * mp), out = scratch(n * k);
   transpose(dy, m, n, mp, a.get(), exec);
-  transpose(x, m, k, mp, b.get(), exec);
   PackedWeight bp;
   {
     PhaseTimer timer(exec.times, Phase::ActQuant);
     if (!t.gemm_rounds_x) t.round_grad(prec, grad_elem, a.get(), n, mp, exec);
-    bp = t.pack_operand(prec, b.get(), k, mp, exec);
+    bp = t.pack_operand(prec, x, m, mp, k, exec);  // X^T, packed from X
   }
   {
     PhaseTimer timer(exec.times, Phase::Gemm);

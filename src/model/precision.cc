@@ -35,8 +35,19 @@ void f32_view(const PreparedLinear& L, WeightView& v) { v.data = L.f32.data(); }
 void f32_activations(const float* x, int64_t m, int64_t k, const LinearPrecision&, float* out, const Exec&) {
   std::memcpy(out, x, m * k * sizeof(float));
 }
-PackedWeight f32_pack(const LinearPrecision&, const float* a, int64_t rows, int64_t cols, const Exec& exec) {
-  return PackedWeight::pack({WFormat::F32, rows, cols, a}, exec);
+// a[rows, cols] with zero rows up to rows_padded: a itself, or a copy in `own`.
+const float* zero_padded(const float* a, int64_t rows, int64_t rows_padded, int64_t cols, std::vector<float>& own) {
+  if (rows_padded == rows) return a;
+  own.assign(static_cast<size_t>(rows_padded * cols), 0.0f);
+  std::memcpy(own.data(), a, static_cast<size_t>(rows * cols) * sizeof(float));
+  return own.data();
+}
+
+PackedWeight f32_pack(const LinearPrecision&, const float* a, int64_t rows, int64_t rows_padded, int64_t cols,
+                      const Exec& exec) {
+  std::vector<float> own;
+  return PackedWeight::pack_transposed({WFormat::F32, rows_padded, cols, zero_padded(a, rows, rows_padded, cols, own)},
+                                       exec);
 }
 void f32_round_grad(const LinearPrecision&, ElemType, float*, int64_t, int64_t, const Exec&) {}
 std::vector<HeldPart> f32_parts(const PreparedLinear& L) { return {part("f32", st::DType::F32, {L.n, L.k}, L.f32)}; }
@@ -48,10 +59,11 @@ void bf16_view(const PreparedLinear& L, WeightView& v) { v.data = L.bf16.data();
 void bf16_activations(const float* x, int64_t m, int64_t k, const LinearPrecision&, float* out, const Exec& exec) {
   bf16_round(x, m * k, out, exec);
 }
-PackedWeight bf16_pack(const LinearPrecision&, const float* a, int64_t rows, int64_t cols, const Exec& exec) {
-  std::vector<uint16_t> bf(rows * cols);
+PackedWeight bf16_pack(const LinearPrecision&, const float* a, int64_t rows, int64_t rows_padded, int64_t cols,
+                       const Exec& exec) {
+  std::vector<uint16_t> bf(static_cast<size_t>(rows_padded * cols), 0);  // BF16 +0 past `rows`
   bf16_encode(a, rows * cols, bf.data(), exec);
-  return PackedWeight::pack({WFormat::BF16, rows, cols, bf.data()}, exec);
+  return PackedWeight::pack_transposed({WFormat::BF16, rows_padded, cols, bf.data()}, exec);
 }
 void bf16_round_grad(const LinearPrecision&, ElemType, float* a, int64_t rows, int64_t cols, const Exec& exec) {
   bf16_round(a, rows * cols, a, exec);
@@ -88,12 +100,18 @@ void mx_view(const PreparedLinear& L, WeightView& v) {
 void mx_activations(const float* x, int64_t m, int64_t k, const LinearPrecision& p, float* out, const Exec& exec) {
   mx_round_trip_rows(x, m, k, row_blocks(p.elem, p.rule), out, exec);
 }
-PackedWeight mx_pack(const LinearPrecision& p, const float* a, int64_t rows, int64_t cols, const Exec& exec) {
-  std::vector<uint8_t> codes(rows * cols), scales(mx_num_scales(rows, cols, Axis::Row));
-  mx_quantize(a, InType::F32, rows, cols, row_blocks(p.elem, p.rule), codes.data(), scales.data(), exec);
-  WeightView v{WFormat::MX, rows, cols, codes.data(), scales.data()};
+// A's column blocks (32 x 1 along its rows) are A^T's row blocks, the MX
+// weight layout along K.
+PackedWeight mx_pack(const LinearPrecision& p, const float* a, int64_t rows, int64_t rows_padded, int64_t cols,
+                     const Exec& exec) {
+  std::vector<float> own;
+  const float* ap = zero_padded(a, rows, rows_padded, cols, own);
+  std::vector<uint8_t> codes(rows_padded * cols), scales(mx_num_scales(rows_padded, cols, Axis::Col));
+  const MxConfig col_blocks{p.elem, p.rule, Axis::Col, Rounding::RNE, 0};
+  mx_quantize(ap, InType::F32, rows_padded, cols, col_blocks, codes.data(), scales.data(), exec);
+  WeightView v{WFormat::MX, rows_padded, cols, codes.data(), scales.data()};
   v.elem = p.elem;
-  return PackedWeight::pack(v, exec);
+  return PackedWeight::pack_transposed(v, exec);
 }
 void mx_round_grad(const LinearPrecision& p, ElemType grad_elem, float* a, int64_t rows, int64_t cols,
                    const Exec& exec) {

@@ -52,10 +52,13 @@ struct PrecisionTraits {
   // rounding, or per-token MX / FP8 quantization and dequantization).
   void (*quantize_activations)(const float* x, int64_t m, int64_t k, const LinearPrecision& p, float* out,
                                const Exec& exec);
-  // Learner: a [rows, cols] FP32 operand packed as a GEMM weight on this
-  // grid (the dgrad weight W^T and the wgrad operand X^T).
-  PackedWeight (*pack_operand)(const LinearPrecision& p, const float* a, int64_t rows, int64_t cols,
-                               const Exec& exec);
+  // Learner: the transpose of a [rows, cols] FP32 operand, A^T [cols, rows_padded],
+  // packed as a GEMM weight on this grid (the dgrad weight W^T, the wgrad
+  // operand X^T), read from A as it is (PackedWeight::pack_transposed: no
+  // transpose). Rows from `rows` to rows_padded are zeros (MX blocks run along
+  // A's rows, 32 x 1, so MX needs rows_padded a multiple of 32).
+  PackedWeight (*pack_operand)(const LinearPrecision& p, const float* a, int64_t rows, int64_t rows_padded,
+                               int64_t cols, const Exec& exec);
   // Learner: a gradient operand (dY or dY^T) rounded onto this grid, in place.
   void (*round_grad)(const LinearPrecision& p, ElemType grad_elem, float* a, int64_t rows, int64_t cols,
                      const Exec& exec);
