@@ -465,7 +465,9 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   struct Case { int64_t heads, kvh, hd, T, p0; float scale; };
   const Case cases[] = {{4, 2, 32, 37, 0, 0.18f}, {8, 2, 32, 5, 11, 0.18f}, {2, 2, 128, 20, 0, 0.09f},
-                        {6, 3, 48, 9, 2, 0.14f},  {4, 1, 16, 33, 0, 6.0f}};
+                        {6, 3, 48, 9, 2, 0.14f},  {4, 1, 16, 33, 0, 6.0f},
+                        // groups of 6 (heads in blocks of 4 + 2), 8 (4 + 4) and 3 (2 + 1); hd 128 with 4 heads
+                        {12, 2, 32, 7, 3, 0.2f},  {8, 1, 16, 5, 0, 0.3f},  {3, 1, 32, 6, 1, 0.2f}, {8, 2, 128, 4, 2, 0.09f}};
   for (const Case& cs : cases) {
     const int64_t n = cs.p0 + cs.T, stride = cs.kvh * cs.hd, qd = cs.heads * cs.hd;
     auto rnd = [&](size_t m) {

@@ -163,7 +163,10 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
   struct Case { int64_t heads, kvh, hd, T, p0; float scale; int special; };
   const Case cases[] = {{4, 2, 32, 37, 0, 0.18f, 0},  {8, 2, 32, 1, 40, 0.18f, 0}, {2, 2, 128, 20, 3, 0.09f, 0},
                         {6, 3, 48, 9, 5, 0.14f, 0},   {4, 1, 16, 33, 0, 40.0f, 0}, {4, 2, 64, 17, 1, 0.13f, 1},
-                        {4, 2, 32, 16, 16, 0.2f, 2}, {2, 1, 16, 3, 0, 0.25f, 3}};
+                        {4, 2, 32, 16, 16, 0.2f, 2}, {2, 1, 16, 3, 0, 0.25f, 3},
+                        // groups of 6 (heads in blocks of 4 + 2), 8 (4 + 4) and 3 (2 + 1); hd 128 with 4 heads
+                        {12, 2, 32, 7, 3, 0.2f, 0},  {8, 1, 16, 5, 0, 0.3f, 0},  {3, 1, 32, 6, 1, 0.2f, 1},
+                        {8, 2, 128, 4, 2, 0.09f, 0}};
   for (const Case& cs : cases) {
     const int64_t n = cs.p0 + cs.T, stride = cs.kvh * cs.hd, qd = cs.heads * cs.hd;
     std::vector<float> q(cs.T * qd), k(n * stride), v(n * stride);
