@@ -2,6 +2,7 @@
 // quant_scalar.cc and must agree with it bit for bit (quant_test.cc).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -94,6 +95,19 @@ inline __m512 canonical_nan(__m512 y) {
                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
+// mx_scale_byte (mx.cc) for one finite block maximum, from the kernel's
+// broadcast constants (no table lookup per block).
+inline uint8_t scale_byte(uint32_t amax_bits, ScaleRule rule, const Elem& p) {
+  if (rule == ScaleRule::Floor) {
+    const int e = std::clamp(static_cast<int>(amax_bits >> 23) - 127 - p.emax, -127, 127);
+    return static_cast<uint8_t>(e + 127);
+  }
+  const uint32_t d = f32_bits(f32_from_bits(amax_bits) * p.inv_max_normal);
+  const uint32_t exp = d >> 23, mant = d & 0x7FFFFFu;
+  if (exp == 0) return mant > 0x400000u ? 1 : 0;
+  return static_cast<uint8_t>(exp + (mant != 0 ? 1 : 0));
+}
+
 template <bool kStochastic>
 void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
                     const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
@@ -111,7 +125,7 @@ void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t 
         std::memset(codes + i, 0, kMxBlock);
         continue;
       }
-      const uint8_t s = mx_scale_byte(amax, cfg.elem, cfg.rule);
+      const uint8_t s = scale_byte(amax, cfg.rule, p);
       scales[r * nb + b] = s;
       const __m512 neg_e = _mm512_set1_ps(static_cast<float>(127 - s));
       store16(codes + i, quant16<kStochastic>(x0, neg_e, p, key, i));

@@ -42,6 +42,14 @@ struct Elem {
   int sign_shift;        // 32 - bits: FP32 sign bit -> code sign bit
   int emin, mbits;
   ElemType type;
+  // decode16's constants (per kernel call, not per vector).
+  __m512 dec_mul;        // 2^(127 - bias)
+  __m512i dec_signbit, dec_special_min;
+  __m128i dec_sign_shift;  // 32 - bits
+  bool has_nan, has_inf;
+  // The scale rule's constants (mx_scale_byte).
+  float inv_max_normal;  // 1 / max_normal, rounded as mx_scale_byte rounds it
+  int emax;
 
   explicit Elem(ElemType t) : type(t) {
     const ElemTraits& f = elem_traits(t);
@@ -61,6 +69,14 @@ struct Elem {
     one = _mm512_set1_epi32(1);
     shift = _mm_cvtsi32_si128(sh);
     sign_shift = 32 - f.bits;
+    dec_mul = _mm512_set1_ps(std::ldexp(1.0f, 127 - f.bias));
+    dec_signbit = _mm512_set1_epi32(f.sign_bit());
+    dec_special_min = _mm512_set1_epi32(f.has_inf ? 0x7C : 0x7F);
+    dec_sign_shift = _mm_cvtsi32_si128(32 - f.bits);
+    has_nan = f.has_nan;
+    has_inf = f.has_inf;
+    inv_max_normal = 1.0f / f.max_normal;
+    emax = f.emax;
   }
 };
 
@@ -89,22 +105,17 @@ inline __m512i encode16(__m512 v, const Elem& p) {
 // Decode 16 codes (low byte of each lane) exactly to FP32; NaN codes give the
 // canonical NaN, E5M2 Inf codes give ±Inf.
 inline __m512 decode16(__m512i c, const Elem& p) {
-  const ElemTraits& f = elem_traits(p.type);
-  const __m512i signbit = _mm512_set1_epi32(f.sign_bit());
-  const __m512i mag = _mm512_andnot_si512(signbit, c);
+  const __m512i mag = _mm512_andnot_si512(p.dec_signbit, c);
   // mag << (23 - mbits) read as FP32 is the value scaled by 2^(bias - 127),
   // subnormals included; one exact multiply puts it right.
-  __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_sll_epi32(mag, p.shift)),
-                           _mm512_set1_ps(std::ldexp(1.0f, 127 - f.bias)));
-  if (f.has_nan) {
-    const __m512i special_min = _mm512_set1_epi32(f.has_inf ? 0x7C : 0x7F);
-    const __mmask16 special = _mm512_cmpge_epi32_mask(mag, special_min);
-    const __mmask16 inf = f.has_inf ? _mm512_cmpeq_epi32_mask(mag, special_min) : 0;
+  __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_sll_epi32(mag, p.shift)), p.dec_mul);
+  if (p.has_nan) {
+    const __mmask16 special = _mm512_cmpge_epi32_mask(mag, p.dec_special_min);
+    const __mmask16 inf = p.has_inf ? _mm512_cmpeq_epi32_mask(mag, p.dec_special_min) : 0;
     v = _mm512_mask_mov_ps(v, special, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
     v = _mm512_mask_mov_ps(v, inf, _mm512_set1_ps(__builtin_inff()));
   }
-  const __m512i sign = _mm512_sll_epi32(_mm512_and_si512(c, signbit),
-                                        _mm_cvtsi32_si128(32 - f.bits));
+  const __m512i sign = _mm512_sll_epi32(_mm512_and_si512(c, p.dec_signbit), p.dec_sign_shift);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   return _mm512_mask_mov_ps(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign)),
                             nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
