@@ -49,8 +49,7 @@ void linear_dgrad(const LinearPrecision& prec, ElemType grad_elem, const PackedW
   if (t.wformat != WFormat::F32 && !t.gemm_rounds_x) {  // fp32 multiplies dY as it is; bf16's rounding is the GEMM's
     PhaseTimer timer(exec.times, Phase::ActQuant);
     g = scratch(m * n);
-    std::memcpy(g.get(), dy, static_cast<size_t>(m * n) * sizeof(float));
-    t.round_grad(prec, grad_elem, g.get(), m, n, exec);
+    t.round_grad(prec, grad_elem, dy, g.get(), m, n, exec);
     a = g.get();
   }
   PhaseTimer timer(exec.times, Phase::Gemm);
@@ -73,7 +72,7 @@ void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* 
   PackedWeight bp;
   {
     PhaseTimer timer(exec.times, Phase::ActQuant);
-    if (!t.gemm_rounds_x) t.round_grad(prec, grad_elem, a.get(), n, mp, exec);
+    if (!t.gemm_rounds_x) t.round_grad(prec, grad_elem, a.get(), a.get(), n, mp, exec);
     bp = t.pack_operand(prec, x, m, mp, k, exec);  // X^T, packed from X
   }
   {

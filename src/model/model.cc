@@ -196,8 +196,18 @@ void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool f
   fp8_dequantize(codes, scales, kv_heads, hd, g, ElemType::E4M3, dst);
 }
 
-void add_inplace(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
+// out = a + b elementwise (out may be a).
+void add_into(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+// Where an activation goes: straight into its trace buffer (sized) when the
+// pass is traced, so that the backward reads it without a copy; otherwise
+// the workspace buffer `fallback`.
+float* into(std::vector<float>* traced, int64_t size, float* fallback) {
+  if (!traced) return fallback;
+  traced->resize(static_cast<size_t>(size));
+  return traced->data();
 }
 
 // SwiGLU MLP on rows x[m, H] -> y[m, H]. With trace buffers, keeps the
@@ -206,15 +216,14 @@ void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLin
          int64_t m, float* y, ForwardWorkspace& w, const Exec& exec, std::vector<float>* t_gate = nullptr,
          std::vector<float>* t_up = nullptr, std::vector<float>* t_h = nullptr) {
   const int64_t F = gate.n;
-  w.gate.resize(m * F), w.up.resize(m * F);
-  float* g = w.gate.data();
-  float* u = w.up.data();
+  if (!t_gate) w.gate.resize(m * F), w.up.resize(m * F);
+  float* g = into(t_gate, m * F, w.gate.data());
+  float* u = into(t_up, m * F, w.up.data());
   gate.forward(x, m, g, w.scratch, exec);
   up.forward(x, m, u, w.scratch, exec);
-  if (t_gate) t_gate->assign(g, g + m * F), t_up->assign(u, u + m * F);
-  swiglu_forward(g, g, u, m * F, exec);
-  if (t_h) t_h->assign(g, g + m * F);
-  down.forward(g, m, y, w.scratch, exec);
+  float* h = into(t_h, m * F, g);  // untraced: in place over the gate
+  swiglu_forward(h, g, u, m * F, exec);
+  down.forward(h, m, y, w.scratch, exec);
 }
 
 // Sparse MoE block: route each row, run each expert on its rows (in expert
@@ -251,13 +260,14 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
       continue;
     }
     const int64_t me = static_cast<int64_t>(rows.size());
-    xe.resize(me * H), ye.resize(me * H);
-    for (int64_t i = 0; i < me; ++i) std::memcpy(&xe[i * H], x + rows[i] * H, H * sizeof(float));
-    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xe.data(), me, ye.data(), ws, exec,
-        et ? &et->gate : nullptr, et ? &et->up : nullptr, et ? &et->h : nullptr);
-    if (et) et->x.assign(xe.begin(), xe.begin() + me * H), et->y.assign(ye.begin(), ye.begin() + me * H);
+    if (!et) xe.resize(me * H), ye.resize(me * H);
+    float* xr = into(et ? &et->x : nullptr, me * H, xe.data());
+    float* yr = into(et ? &et->y : nullptr, me * H, ye.data());
+    for (int64_t i = 0; i < me; ++i) std::memcpy(&xr[i * H], x + rows[i] * H, H * sizeof(float));
+    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xr, me, yr, ws, exec, et ? &et->gate : nullptr,
+        et ? &et->up : nullptr, et ? &et->h : nullptr);
     for (int64_t i = 0; i < me; ++i)
-      for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + ye[i * H + d] * w[i];
+      for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + yr[i * H + d] * w[i];
   }
 }
 }  // namespace
@@ -304,35 +314,41 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
   float *x = w.x.data(), *xn = w.xn.data(), *y = w.y.data(), *q = w.q.data(), *k = w.k.data(), *v = w.v.data();
   float* att = w.att.data();
   const float *rope_cos = w.rope_cos.data(), *rope_sin = w.rope_sin.data();
-  embedding_forward(x, b.tokens.data(), n, model.embedding(), H);
+  const int64_t L_count = c.num_hidden_layers, qd = c.q_dim(), kvd = c.kv_dim();
+  // The residual stream entering layer l. Untraced: x, updated in place.
+  // Traced: layer l's x_in, then its x_mid, then the next layer's x_in (or
+  // x_final), each add writing the next buffer.
+  if (trace) trace->layers.resize(L_count);
+  float* xs = into(trace ? &trace->layers[0].x_in : nullptr, n * H, x);
+  embedding_forward(xs, b.tokens.data(), n, model.embedding(), H);
   // RoPE angles once per token, for every layer.
   per_token(exec, n, [&](int64_t i) { model.rope().angles(b.pos[i], &w.rope_cos[i * half], &w.rope_sin[i * half]); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  if (trace) trace->layers.resize(c.num_hidden_layers);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < L_count; ++l) {
     const PreparedLayer& L = model.layer(l);
     LayerTrace* t = trace ? &trace->layers[l] : nullptr;
     // Attention block.
-    rmsnorm_forward(xn, x, L.input_norm, n, H, eps, exec);
-    L.q.forward(xn, n, q, w.scratch, exec);
-    L.k.forward(xn, n, k, w.scratch, exec);
-    L.v.forward(xn, n, v, w.scratch, exec);
-    if (t) {
-      t->x_in.assign(x, x + n * H), t->xn1.assign(xn, xn + n * H);
-      t->q_raw.assign(q, q + n * c.q_dim()), t->k_raw.assign(k, k + n * c.kv_dim());
-    }
+    float* xn1 = into(t ? &t->xn1 : nullptr, n * H, xn);
+    rmsnorm_forward(xn1, xs, L.input_norm, n, H, eps, exec);
+    float* q_raw = into(t ? &t->q_raw : nullptr, n * qd, q);  // untraced: normalized and rotated in place
+    float* k_raw = into(t ? &t->k_raw : nullptr, n * kvd, k);
+    L.q.forward(xn1, n, q_raw, w.scratch, exec);
+    L.k.forward(xn1, n, k_raw, w.scratch, exec);
+    L.v.forward(xn1, n, v, w.scratch, exec);
+    float* qr = into(t ? &t->q : nullptr, n * qd, q);
     per_token(exec, n, [&](int64_t i) {
-      float* qi = &q[i * c.q_dim()];
-      float* ki = &k[i * c.kv_dim()];
-      rmsnorm_forward(qi, qi, L.q_norm, nq, hd, eps, exec);
-      rmsnorm_forward(ki, ki, L.k_norm, nkv, hd, eps, exec);
+      float* qi = &qr[i * qd];
+      float* ki = &k[i * kvd];
+      rmsnorm_forward(qi, &q_raw[i * qd], L.q_norm, nq, hd, eps, exec);
+      rmsnorm_forward(ki, &k_raw[i * kvd], L.k_norm, nkv, hd, eps, exec);
       rope_forward(qi, nq, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
       rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
-      uint8_t* codes = fp8_kv ? &w.kv_codes[i * c.kv_dim()] : nullptr;
+      uint8_t* codes = fp8_kv ? &w.kv_codes[i * kvd] : nullptr;
       float* scales = fp8_kv ? &w.kv_scales[i * nkv] : nullptr;
       write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
-      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * c.kv_dim()], nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
+      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * kvd], nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
     });
+    float* at = into(t ? &t->att : nullptr, n * qd, att);
     {
       PhaseTimer pt(exec.times, Phase::Attention);
       // One work item per (run of a slot's consecutive tokens, KV group).
@@ -340,36 +356,37 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
         for (int64_t it = a; it < e; ++it) {
           const auto [i0, len] = w.runs[it / nkv];
           const int s = b.slot[i0];
-          attention_forward_group(&att[i0 * c.q_dim()], &q[i0 * c.q_dim()], len, b.pos[i0], cache.k(s, l, 0),
-                                  cache.v(s, l, 0), c.kv_dim(), nq, nkv, hd, it % nkv, scale, exec);
+          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.k(s, l, 0), cache.v(s, l, 0),
+                                  kvd, nq, nkv, hd, it % nkv, scale, exec);
         }
       });
     }
-    if (t) t->q.assign(q, q + n * c.q_dim()), t->att.assign(att, att + n * c.q_dim());
-    L.o.forward(att, n, y, w.scratch, exec);
-    add_inplace(x, y, n * H);
+    L.o.forward(at, n, y, w.scratch, exec);
+    float* xm = into(t ? &t->x_mid : nullptr, n * H, xs);
+    add_into(xm, xs, y, n * H);
     // MLP block.
-    rmsnorm_forward(xn, x, L.post_norm, n, H, eps, exec);
-    if (t) t->x_mid.assign(x, x + n * H), t->xn2.assign(xn, xn + n * H);
+    float* xn2 = into(t ? &t->xn2 : nullptr, n * H, xn);
+    rmsnorm_forward(xn2, xm, L.post_norm, n, H, eps, exec);
     if (L.moe)
-      moe(L, c, xn, n, y, w, exec, t);
+      moe(L, c, xn2, n, y, w, exec, t);
     else
-      mlp(L.gate, L.up, L.down, xn, n, y, w, exec, t ? &t->gate : nullptr, t ? &t->up : nullptr,
+      mlp(L.gate, L.up, L.down, xn2, n, y, w, exec, t ? &t->gate : nullptr, t ? &t->up : nullptr,
           t ? &t->h : nullptr);
-    add_inplace(x, y, n * H);
+    xs = trace ? into(l + 1 < L_count ? &trace->layers[l + 1].x_in : &trace->x_final, n * H, nullptr) : xm;
+    add_into(xs, xm, y, n * H);
   }
   if (rows) {  // gather the asked-for rows first: the lm_head is per row
     const int64_t m = static_cast<int64_t>(rows->size());
     w.rows_x.resize(m * H);
     float* xr = w.rows_x.data();
-    for (int64_t i = 0; i < m; ++i) std::memcpy(&xr[i * H], &x[(*rows)[i] * H], H * sizeof(float));
+    for (int64_t i = 0; i < m; ++i) std::memcpy(&xr[i * H], &xs[(*rows)[i] * H], H * sizeof(float));
     rmsnorm_forward(xr, xr, model.final_norm(), m, H, eps, exec);
     model.lm_head().forward(xr, m, logits, w.scratch, exec);
     return;
   }
-  rmsnorm_forward(xn, x, model.final_norm(), n, H, eps, exec);
-  if (trace) trace->x_final.assign(x, x + n * H), trace->xn_final.assign(xn, xn + n * H);
-  model.lm_head().forward(xn, n, logits, w.scratch, exec);
+  float* xnf = into(trace ? &trace->xn_final : nullptr, n * H, xn);
+  rmsnorm_forward(xnf, xs, model.final_norm(), n, H, eps, exec);
+  model.lm_head().forward(xnf, n, logits, w.scratch, exec);
 }
 
 }  // namespace mxrl

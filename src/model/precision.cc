@@ -49,7 +49,10 @@ PackedWeight f32_pack(const LinearPrecision&, const float* a, int64_t rows, int6
   return PackedWeight::pack_transposed({WFormat::F32, rows_padded, cols, zero_padded(a, rows, rows_padded, cols, own)},
                                        exec);
 }
-void f32_round_grad(const LinearPrecision&, ElemType, float*, int64_t, int64_t, const Exec&) {}
+void f32_round_grad(const LinearPrecision&, ElemType, const float* a, float* out, int64_t rows, int64_t cols,
+                    const Exec&) {
+  if (out != a) std::memcpy(out, a, static_cast<size_t>(rows * cols) * sizeof(float));
+}
 std::vector<HeldPart> f32_parts(const PreparedLinear& L) { return {part("f32", st::DType::F32, {L.n, L.k}, L.f32)}; }
 
 // ---- bf16: the BF16 compute copy ----
@@ -65,8 +68,9 @@ PackedWeight bf16_pack(const LinearPrecision&, const float* a, int64_t rows, int
   bf16_encode(a, rows * cols, bf.data(), exec);
   return PackedWeight::pack_transposed({WFormat::BF16, rows_padded, cols, bf.data()}, exec);
 }
-void bf16_round_grad(const LinearPrecision&, ElemType, float* a, int64_t rows, int64_t cols, const Exec& exec) {
-  bf16_round(a, rows * cols, a, exec);
+void bf16_round_grad(const LinearPrecision&, ElemType, const float* a, float* out, int64_t rows, int64_t cols,
+                     const Exec& exec) {
+  bf16_round(a, rows * cols, out, exec);
 }
 std::vector<HeldPart> bf16_parts(const PreparedLinear& L) {
   return {part("bf16", st::DType::BF16, {L.n, L.k}, L.bf16)};
@@ -113,9 +117,9 @@ PackedWeight mx_pack(const LinearPrecision& p, const float* a, int64_t rows, int
   v.elem = p.elem;
   return PackedWeight::pack_transposed(v, exec);
 }
-void mx_round_grad(const LinearPrecision& p, ElemType grad_elem, float* a, int64_t rows, int64_t cols,
-                   const Exec& exec) {
-  mx_round_trip_rows(a, rows, cols, row_blocks(grad_elem, p.rule), a, exec);
+void mx_round_grad(const LinearPrecision& p, ElemType grad_elem, const float* a, float* out, int64_t rows,
+                   int64_t cols, const Exec& exec) {
+  mx_round_trip_rows(a, rows, cols, row_blocks(grad_elem, p.rule), out, exec);
 }
 std::vector<HeldPart> mx_parts(const PreparedLinear& L) {
   return {part("codes", code_dtype(L.prec.elem), {L.n, L.k}, L.codes),

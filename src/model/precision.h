@@ -59,9 +59,10 @@ struct PrecisionTraits {
   // A's rows, 32 x 1, so MX needs rows_padded a multiple of 32).
   PackedWeight (*pack_operand)(const LinearPrecision& p, const float* a, int64_t rows, int64_t rows_padded,
                                int64_t cols, const Exec& exec);
-  // Learner: a gradient operand (dY or dY^T) rounded onto this grid, in place.
-  void (*round_grad)(const LinearPrecision& p, ElemType grad_elem, float* a, int64_t rows, int64_t cols,
-                     const Exec& exec);
+  // Learner: a gradient operand (dY or dY^T) rounded onto this grid, out[rows,
+  // cols] from a (out may equal a).
+  void (*round_grad)(const LinearPrecision& p, ElemType grad_elem, const float* a, float* out, int64_t rows,
+                     int64_t cols, const Exec& exec);
   // What L holds, part by part (digests, sync).
   std::vector<HeldPart> (*held_parts)(const PreparedLinear& L);
 };
