@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 
 #include "kernels/ops.h"
@@ -45,6 +46,29 @@ struct LinearBackward {
     if (dx) linear_dgrad(L.prec, grad_elem, bw.wt[index], dy, m, dx, accumulate, exec);
     linear_wgrad(L.prec, grad_elem, dy, x, m, L.n, L.k, grads + layout.entries()[index].offset, exec);
   }
+  // Linears that read the same x (q, k, v; gate, up), each with its dy,
+  // accumulating their dgrads into dx in the order given: the wgrad operand
+  // X^T is packed once for every linear of the first one's precision.
+  struct Use {
+    const PreparedLinear& L;
+    int index;
+    const float* dy;
+  };
+  void same_input(std::initializer_list<Use> uses, const float* x, int64_t m, float* dx) const {
+    if (m == 0) return;
+    const PreparedLinear& first = uses.begin()->L;
+    const PackedWeight xp = wgrad_operand(first.prec, x, m, first.k, exec);
+    bool accumulate = false;
+    for (const Use& u : uses) {
+      linear_dgrad(u.L.prec, grad_elem, bw.wt[u.index], u.dy, m, dx, accumulate, exec);
+      accumulate = true;
+      float* dw = grads + layout.entries()[u.index].offset;
+      if (u.L.same_activations(first))
+        linear_wgrad(u.L.prec, grad_elem, u.dy, xp, m, u.L.n, dw, exec);
+      else
+        linear_wgrad(u.L.prec, grad_elem, u.dy, x, m, u.L.n, u.L.k, dw, exec);
+    }
+  }
 };
 
 void add_inplace(float* x, const float* y, int64_t n) {
@@ -59,8 +83,7 @@ void mlp_backward(const LinearBackward& lin, const PreparedLinear& gate, const P
   w.dh.resize(m * F), w.dg.resize(m * F), w.du.resize(m * F);
   lin(down, di, dy, h, m, w.dh.data(), false);
   swiglu_backward(w.dg.data(), w.du.data(), w.dh.data(), g, u, m * F, lin.exec);
-  lin(gate, gi, w.dg.data(), x, m, dx, false);
-  lin(up, ui, w.du.data(), x, m, dx, true);
+  lin.same_input({{gate, gi, w.dg.data()}, {up, ui, w.du.data()}}, x, m, dx);
 }
 
 }  // namespace
@@ -207,9 +230,7 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
     float *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
     rmsnorm_backward(dq_raw, G(li.q_norm), dq, T.q_raw.data(), L.q_norm, n * nq, hd, eps, exec);
     rmsnorm_backward(dk_raw, G(li.k_norm), dk, T.k_raw.data(), L.k_norm, n * nkv, hd, eps, exec);
-    lin(L.q, li.q, dq_raw, T.xn1.data(), n, dxn, false);
-    lin(L.k, li.k, dk_raw, T.xn1.data(), n, dxn, true);
-    lin(L.v, li.v, dv, T.xn1.data(), n, dxn, true);
+    lin.same_input({{L.q, li.q, dq_raw}, {L.k, li.k, dk_raw}, {L.v, li.v, dv}}, T.xn1.data(), n, dxn);
     rmsnorm_backward(tmp, G(li.input_norm), dxn, T.x_in.data(), L.input_norm, n, H, eps, exec);
     add_inplace(dx, tmp, n * H);  // dx is now d(x_in)
   }

@@ -62,24 +62,41 @@ void linear_dgrad(const LinearPrecision& prec, ElemType grad_elem, const PackedW
   for (int64_t i = 0; i < m * k; ++i) dx[i] = dx[i] + tmp[i];
 }
 
-void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* dy, const float* x, int64_t m,
-                  int64_t n, int64_t k, float* dw, const Exec& exec) {
+namespace {
+int64_t wgrad_rows(const PrecisionTraits& t, int64_t m) {
+  return t.needs_k32 ? (m + kMxBlock - 1) / kMxBlock * kMxBlock : m;  // MX col blocks pad M
+}
+}  // namespace
+
+PackedWeight wgrad_operand(const LinearPrecision& prec, const float* x, int64_t m, int64_t k, const Exec& exec) {
+  const PrecisionTraits& t = trainable(prec);
+  PhaseTimer timer(exec.times, Phase::ActQuant);
+  return t.pack_operand(prec, x, m, wgrad_rows(t, m), k, exec);  // X^T, packed from X
+}
+
+void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* dy, const PackedWeight& xp, int64_t m,
+                  int64_t n, float* dw, const Exec& exec) {
   if (m == 0) return;
   const PrecisionTraits& t = trainable(prec);
-  const int64_t mp = t.needs_k32 ? (m + kMxBlock - 1) / kMxBlock * kMxBlock : m;  // MX col blocks pad M
+  const int64_t mp = wgrad_rows(t, m), k = xp.n();
+  if (xp.k() != mp) fail("linear_wgrad: the X operand has {} rows, not {}", xp.k(), mp);
   const auto a = scratch(n * mp), out = scratch(n * k);
   transpose(dy, m, n, mp, a.get(), exec);
-  PackedWeight bp;
-  {
+  if (!t.gemm_rounds_x) {
     PhaseTimer timer(exec.times, Phase::ActQuant);
-    if (!t.gemm_rounds_x) t.round_grad(prec, grad_elem, a.get(), a.get(), n, mp, exec);
-    bp = t.pack_operand(prec, x, m, mp, k, exec);  // X^T, packed from X
+    t.round_grad(prec, grad_elem, a.get(), a.get(), n, mp, exec);
   }
   {
     PhaseTimer timer(exec.times, Phase::Gemm);
-    gemm(a.get(), n, bp, out.get(), exec);
+    gemm(a.get(), n, xp, out.get(), exec);
   }
   for (int64_t i = 0; i < n * k; ++i) dw[i] = dw[i] + out[i];
+}
+
+void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* dy, const float* x, int64_t m,
+                  int64_t n, int64_t k, float* dw, const Exec& exec) {
+  if (m == 0) return;
+  linear_wgrad(prec, grad_elem, dy, wgrad_operand(prec, x, m, k, exec), m, n, dw, exec);
 }
 
 }  // namespace mxrl

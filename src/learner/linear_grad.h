@@ -36,5 +36,11 @@ void linear_dgrad(const LinearPrecision& prec, ElemType grad_elem, const PackedW
 // dw[n, k] += dY[m, n]^T X[m, k].
 void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* dy, const float* x, int64_t m,
                   int64_t n, int64_t k, float* dw, const Exec& exec);
+// The same in two steps, for linears that read the same X (q, k, v; gate,
+// up): X^T packed once as the wgrad GEMM's weight operand on prec's grid (MX:
+// X's column blocks, rows zero-padded to a multiple of 32), then used by each.
+PackedWeight wgrad_operand(const LinearPrecision& prec, const float* x, int64_t m, int64_t k, const Exec& exec);
+void linear_wgrad(const LinearPrecision& prec, ElemType grad_elem, const float* dy, const PackedWeight& xp, int64_t m,
+                  int64_t n, float* dw, const Exec& exec);
 
 }  // namespace mxrl

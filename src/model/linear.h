@@ -39,6 +39,14 @@ struct PreparedLinear {
 
   // y[m, n] = quantize_activations(x[m, k]) * W^T. scratch holds m*k floats.
   void forward(const float* x, int64_t m, float* y, std::vector<float>& scratch, const Exec& exec) const;
+  // forward() in two steps, so that linears reading the same x (q, k, v; gate,
+  // up) quantize it once: gemm_input is x as this linear's GEMM multiplies it
+  // (its activation quantization in `scratch`, or x itself where there is
+  // none to make), multiply takes gemm_input's result of any linear with
+  // same_activations(). forward(x) = multiply(gemm_input(x)), bit for bit.
+  const float* gemm_input(const float* x, int64_t m, std::vector<float>& scratch, const Exec& exec) const;
+  void multiply(const float* in, int64_t m, float* y, const Exec& exec) const;
+  bool same_activations(const PreparedLinear& o) const { return prec == o.prec && k == o.k; }
 };
 
 // The activations a linear of this precision actually multiplies: x rounded

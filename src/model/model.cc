@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <utility>
 
 #include "numerics/bf16.h"
@@ -210,6 +211,20 @@ float* into(std::vector<float>* traced, int64_t size, float* fallback) {
   return traced->data();
 }
 
+// Linears that read the same x (q, k, v; gate, up): x's activation
+// quantization made once for every one that shares the first one's.
+void forward_same_input(std::initializer_list<std::pair<const PreparedLinear*, float*>> ls, const float* x,
+                        int64_t m, ForwardWorkspace& w, const Exec& exec) {
+  if (m == 0) return;
+  const PreparedLinear& first = *ls.begin()->first;
+  const float* in = first.gemm_input(x, m, w.scratch, exec);
+  for (const auto& [L, y] : ls)
+    if (L->same_activations(first))
+      L->multiply(in, m, y, exec);
+    else
+      L->forward(x, m, y, w.scratch_other, exec);
+}
+
 // SwiGLU MLP on rows x[m, H] -> y[m, H]. With trace buffers, keeps the
 // gate/up projections and the SwiGLU output.
 void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x,
@@ -219,8 +234,7 @@ void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLin
   if (!t_gate) w.gate.resize(m * F), w.up.resize(m * F);
   float* g = into(t_gate, m * F, w.gate.data());
   float* u = into(t_up, m * F, w.up.data());
-  gate.forward(x, m, g, w.scratch, exec);
-  up.forward(x, m, u, w.scratch, exec);
+  forward_same_input({{&gate, g}, {&up, u}}, x, m, w, exec);
   float* h = into(t_h, m * F, g);  // untraced: in place over the gate
   swiglu_forward(h, g, u, m * F, exec);
   down.forward(h, m, y, w.scratch, exec);
@@ -332,9 +346,7 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     rmsnorm_forward(xn1, xs, L.input_norm, n, H, eps, exec);
     float* q_raw = into(t ? &t->q_raw : nullptr, n * qd, q);  // untraced: normalized and rotated in place
     float* k_raw = into(t ? &t->k_raw : nullptr, n * kvd, k);
-    L.q.forward(xn1, n, q_raw, w.scratch, exec);
-    L.k.forward(xn1, n, k_raw, w.scratch, exec);
-    L.v.forward(xn1, n, v, w.scratch, exec);
+    forward_same_input({{&L.q, q_raw}, {&L.k, k_raw}, {&L.v, v}}, xn1, n, w, exec);
     float* qr = into(t ? &t->q : nullptr, n * qd, q);
     per_token(exec, n, [&](int64_t i) {
       float* qi = &qr[i * qd];

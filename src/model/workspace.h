@@ -14,6 +14,7 @@ struct ForwardWorkspace {
   // Residual stream, its normalization, attention [n, H] / [n, q_dim] / [n, kv_dim].
   std::vector<float> x, xn, q, k, v, att, y;
   std::vector<float> scratch;             // a linear's quantized activations
+  std::vector<float> scratch_other;       // those of a linear beside a shared input (forward_same_input)
   std::vector<float> rope_cos, rope_sin;  // [n, head_dim / 2]
   std::vector<std::pair<int64_t, int64_t>> runs;  // attention: (first token, length) per run of a slot
   std::vector<uint8_t> kv_codes;          // FP8 KV cache: each token's codes [n, kv_dim]
