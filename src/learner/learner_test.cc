@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "io/safetensors.h"
@@ -13,6 +15,7 @@
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "model/digest.h"
+#include "model/forward.h"
 #include "model/init.h"
 #include "model/score.h"
 #include "model/test_models.h"
@@ -165,6 +168,69 @@ INSTANTIATE_TEST_SUITE_P(Plans, LearnerPlans,
                          ::testing::Combine(::testing::Bool(),
                                             ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-floor",
                                                               "mxfp8-half")));
+
+// Linears that read the same input share its quantization only when their
+// precisions agree: with k and up in BF16 and q, v, gate in MXFP8 (and q in
+// E5M2 in layer 0), the learner still agrees with the sampler bitwise, its
+// gradients do not depend on the thread count, and they are not those of the
+// plain mxfp8 plan.
+TEST(Learner, MixedPrecisionsAmongLinearsThatShareAnInput) {
+  const std::string path = ::testing::TempDir() + "mxrl_mixed_plan.toml";
+  {
+    std::ofstream f(path);
+    f << "name = \"mixed\"\ndefault = \"mxfp8\"\n[[override]]\nlinears = [\"k\", \"up\"]\nprecision = \"bf16\"\n"
+         "[[override]]\nlayers = [0]\nlinears = [\"q\"]\nprecision = \"mxfp8\"\nelem = \"e5m2\"\n";
+  }
+  for (const bool moe : {false, true}) {
+    ParamTable params(small_test_config(moe));
+    init_params(params, 8, 0.2f);
+    const auto batch = random_batch(6, params.config().vocab_size, 9);
+    const Model sampler(params, PrecisionPlan::resolve(path));
+    Learner learner(params, config_for(path, 64));
+    const auto ours = learner.logprobs(batch);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const auto theirs = score_sequences(sampler, {{batch[i].tokens, 1}});
+      for (size_t t = 1, j = 0; t < batch[i].tokens.size(); ++t) {
+        if (!batch[i].target[t]) continue;
+        ASSERT_EQ(f32_bits(ours[i][j++]), f32_bits(theirs[0][t - 1])) << "moe " << moe;
+      }
+    }
+    // Each projection is what that linear alone computes from the shared input.
+    {
+      const ModelConfig& cfg = params.config();
+      KvCache cache(cfg);
+      const int slot = cache.add_sequence();
+      TokenBatch tb;
+      for (size_t t = 0; t < batch[0].tokens.size(); ++t) tb.add(batch[0].tokens[t], slot, static_cast<int64_t>(t));
+      const int64_t n = tb.size();
+      std::vector<float> logits(n * cfg.vocab_size);
+      ForwardTrace tr;
+      forward(sampler, cache, tb, logits.data(), {}, nullptr, &tr);
+      auto alone = [&](const PreparedLinear& L, const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+        std::vector<float> mine(n * L.n), scratch;
+        L.forward(x.data(), n, mine.data(), scratch, {});
+        ASSERT_EQ(y.size(), mine.size()) << what;
+        EXPECT_EQ(0, std::memcmp(mine.data(), y.data(), y.size() * sizeof(float))) << what << " moe " << moe;
+      };
+      for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+        const PreparedLayer& L = sampler.layer(l);
+        const LayerTrace& T = tr.layers[l];
+        alone(L.q, T.xn1, T.q_raw, "q");
+        alone(L.k, T.xn1, T.k_raw, "k");
+        if (!L.moe) alone(L.gate, T.xn2, T.gate, "gate"), alone(L.up, T.xn2, T.up, "up");
+      }
+    }
+    std::vector<float> g1, g3, g_mx;
+    Learner(params, config_for(path, 64)).loss_and_grads(batch, g1);
+    ThreadPool pool(3);
+    Learner(params, config_for(path, 64), Exec{&pool}).loss_and_grads(batch, g3);
+    Learner(params, config_for("mxfp8", 64)).loss_and_grads(batch, g_mx);
+    ASSERT_EQ(g1.size(), g3.size());
+    EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float))) << "moe " << moe;
+    EXPECT_NE(0, std::memcmp(g1.data(), g_mx.data(), g1.size() * sizeof(float))) << "moe " << moe;
+  }
+  std::remove(path.c_str());
+}
 
 // The AMX kernel family (--kernels amx) is not the pair chain, but its K order
 // is fixed: under it the learner's forward log-probs still equal the
