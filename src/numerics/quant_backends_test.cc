@@ -220,7 +220,7 @@ TEST(QuantBackends, Bf16EncodeAndRoundMatchTheScalarFormula) {
     for (int64_t n : {int64_t(0), int64_t(1), int64_t(15), int64_t(17), int64_t(bits.size())}) {
       SCOPED_TRACE(::testing::Message() << backend_name(be) << " n=" << n);
       std::vector<float> x(n);
-      std::memcpy(x.data(), bits.data(), n * 4);
+      if (n > 0) std::memcpy(x.data(), bits.data(), n * 4);
       std::vector<uint16_t> enc(n + 1, 0xABCD);
       std::vector<float> rnd(n + 1, 7.0f);
       ThreadPool pool(3);
