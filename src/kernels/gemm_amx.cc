@@ -131,11 +131,13 @@ void pack_x_tiles(const float* x, int64_t K, int64_t m0, int64_t rows, int64_t t
     }
 }
 
-// One or two row tiles (TA) x the panel's 32 columns over all K steps; C
-// stored to c [TA * 16 rows][32]. a: the first row tile's A tiles (the
-// second's follow at + steps * kTileWords); b: the panel's pairs [k pair][32].
-template <int TA>
-void tile_block(const uint32_t* a, int64_t steps, const uint32_t* b, float* c) {
+// One or two row tiles (TA) x the panel's 32 columns over all K steps, the
+// B tiles of step s ([16 k pairs][32 columns], 128-byte rows) from b_of(s);
+// C stored to c [TA * 16 rows][32]. a: the first row tile's A tiles (the
+// second's follow at + steps * kTileWords). The one TDPBF16PS sequence of
+// this kernel family: whatever supplies B, the same bits.
+template <int TA, class BOf>
+void tile_steps(const uint32_t* a, int64_t steps, BOf&& b_of, float* c) {
   _tile_zero(0);
   _tile_zero(1);
   if constexpr (TA == 2) {
@@ -144,9 +146,9 @@ void tile_block(const uint32_t* a, int64_t steps, const uint32_t* b, float* c) {
   }
   const uint32_t* a1 = a + steps * kTileWords;
   for (int64_t s = 0; s < steps; ++s) {
-    const uint32_t* bs = b + s * kStepPairs * kPanel;  // 16 pair rows of 128 bytes
-    _tile_loadd(6, bs, kPanel * 4);                     // B, columns 0-15
-    _tile_loadd(7, bs + 16, kPanel * 4);                // B, columns 16-31
+    const uint32_t* bs = b_of(s);
+    _tile_loadd(6, bs, kPanel * 4);                      // B, columns 0-15
+    _tile_loadd(7, bs + 16, kPanel * 4);                 // B, columns 16-31
     _tile_loadd(4, a + s * kTileWords, kStepPairs * 4);  // A, row tile 0
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
@@ -164,45 +166,28 @@ void tile_block(const uint32_t* a, int64_t steps, const uint32_t* b, float* c) {
   }
 }
 
+// B from the panel decoded whole into b ([k pair][32]).
+template <int TA>
+void tile_block(const uint32_t* a, int64_t steps, const uint32_t* b, float* c) {
+  tile_steps<TA>(a, steps, [b](int64_t s) { return b + s * kStepPairs * kPanel; }, c);
+}
+
 // Few rows (one or two row tiles: decode, small batches): the panel is
 // decoded one K step at a time into a 2 KiB buffer that stays in L1, right
-// before the TDPBF16PS that use it, instead of whole into wb. The same
-// TDPBF16PS sequence on the same operands as tile_block, so the same bits.
+// before the TDPBF16PS that use it, instead of whole into wb.
 template <int TA, Src S>
 void tile_block_streamed(const uint32_t* a, int64_t steps, const PackedWeight& w, int64_t p, const Ctx& ctx,
                          uint32_t* bstep, float* c) {
   const int64_t K = w.k();
-  _tile_zero(0);
-  _tile_zero(1);
-  if constexpr (TA == 2) {
-    _tile_zero(2);
-    _tile_zero(3);
-  }
-  const uint32_t* a1 = a + steps * kTileWords;
-  for (int64_t s = 0; s < steps; ++s) {
+  tile_steps<TA>(a, steps, [&](int64_t s) {
     const int64_t k0 = s * 2 * kStepPairs, k1 = std::min(K, k0 + 2 * kStepPairs);
     if (k1 - k0 < 2 * kStepPairs) {  // the last, partial step: zero pairs past K
       const int64_t kp = (k1 - k0 + 1) / 2;
       std::memset(bstep + kp * kPanel, 0, static_cast<size_t>(kStepPairs - kp) * kPanel * sizeof(uint32_t));
     }
     decode_panel_pairs<S>(w, p, k0, k1, bstep, ctx);
-    _tile_loadd(6, bstep, kPanel * 4);
-    _tile_loadd(7, bstep + 16, kPanel * 4);
-    _tile_loadd(4, a + s * kTileWords, kStepPairs * 4);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    if constexpr (TA == 2) {
-      _tile_loadd(5, a1 + s * kTileWords, kStepPairs * 4);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-  }
-  _tile_stored(0, c, kPanel * 4);
-  _tile_stored(1, c + 16, kPanel * 4);
-  if constexpr (TA == 2) {
-    _tile_stored(2, c + kTileRows * kPanel, kPanel * 4);
-    _tile_stored(3, c + kTileRows * kPanel + 16, kPanel * 4);
-  }
+    return static_cast<const uint32_t*>(bstep);
+  }, c);
 }
 
 template <Src S>
