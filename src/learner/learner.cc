@@ -1,6 +1,7 @@
 #include "learner/learner.h"
 
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <cmath>
 
@@ -105,9 +106,75 @@ void divide_rows(float* logits, int64_t count, float t) {
 }
 }  // namespace
 
+GradTree::GradTree(int64_t m, int ranks) : leaves(m) {
+  if (ranks < 1) fail("gradient tree: {} ranks", ranks);
+  while (width < m) width *= 2;
+  int64_t r = 1;
+  while (r < ranks) r *= 2;
+  roots = std::min(width, r);
+}
+
+std::pair<int64_t, int64_t> GradTree::roots_of(int rank, int ranks) const {
+  return {roots * rank / ranks, roots * (rank + 1) / ranks};
+}
+
+std::pair<int64_t, int64_t> GradTree::leaves_of(int64_t root) const {
+  const int64_t per = width / roots;
+  return {std::min(leaves, root * per), std::min(leaves, (root + 1) * per)};
+}
+
+namespace {
+void add_into(std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) fail("gradient tree: adding {} values to {}", b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = a[i] + b[i];
+}
+}  // namespace
+
+void PairwiseSum::add(std::vector<float> g) {
+  stack_.emplace_back(std::move(g), 1);
+  ++count_;
+  // Merge while the top two cover equal, aligned runs (the binary counter).
+  while (stack_.size() >= 2 && stack_[stack_.size() - 2].second == stack_.back().second) {
+    auto right = std::move(stack_.back());
+    stack_.pop_back();
+    add_into(stack_.back().first, right.first);
+    stack_.back().second *= 2;
+  }
+}
+
+std::vector<float> PairwiseSum::finish() {
+  if (stack_.empty()) return {};
+  // The runs left are the padded tree's present subtrees, largest first: each
+  // absent sibling passes its partner up unchanged, so sum right to left.
+  std::vector<float> right = std::move(stack_.back().first);
+  stack_.pop_back();
+  while (!stack_.empty()) {
+    std::vector<float> left = std::move(stack_.back().first);
+    stack_.pop_back();
+    add_into(left, right);
+    right = std::move(left);
+  }
+  count_ = 0;
+  return right;
+}
+
 double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info,
                                float temperature) {
+  std::vector<double> mb_loss, mb_aux;
+  StepResult r;
+  auto roots = shard_grads(batch, {}, mb_loss, mb_aux, &r, temperature);
+  grads = std::move(roots.at(0).second);
+  if (info) *info = r;
+  return r.loss;
+}
+
+std::vector<std::pair<int64_t, std::vector<float>>> Learner::shard_grads(const std::vector<Sequence>& batch,
+                                                                         GradShard shard, std::vector<double>& mb_loss,
+                                                                         std::vector<double>& mb_aux, StepResult* info,
+                                                                         float temperature) {
   check_temperature(temperature);
+  if (shard.ranks < 1 || shard.rank < 0 || shard.rank >= shard.ranks)
+    fail("gradient shard {} of {}", shard.rank, shard.ranks);
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& c = params_.config();
   StepResult r;
@@ -122,15 +189,14 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
     if (batch[i].weight.empty() == weighted)
       fail("sequences[{}]: loss weights on some sequences of the batch but not on others", i);
   r.times.timeline = timeline_;
-  {
-    PhaseTimer t(&r.times, Phase::Alloc);
-    grads.assign(params_.numel(), 0.0f);
-  }
   Exec ex = exec_;
   ex.times = &r.times;
-  if (!model_ || cfg_.recipe.requant_every_microbatch) prepare(&r.times);
   const auto mbs = pack_micro_batches(batch, cfg_.micro_batch_tokens);
   r.micro_batches = static_cast<int64_t>(mbs.size());
+  const GradTree tree(r.micro_batches, shard.ranks);
+  const auto [root_begin, root_end] = tree.roots_of(shard.rank, shard.ranks);
+  mb_loss.assign(mbs.size(), std::numeric_limits<double>::quiet_NaN());
+  mb_aux.assign(mbs.size(), std::numeric_limits<double>::quiet_NaN());
   const float dl = -1.0f / static_cast<float>(r.targets);
   BackwardOptions bo;
   bo.grad_elem = cfg_.recipe.grad_elem();
@@ -138,45 +204,72 @@ double Learner::loss_and_grads(const std::vector<Sequence>& batch, std::vector<f
   std::vector<float> logits, dlogits, dlogp, lp;
   std::vector<int32_t> targets;
   std::vector<uint8_t> scored;
-  for (size_t mb = 0; mb < mbs.size(); ++mb) {
-    if (mb > 0 && cfg_.recipe.requant_every_microbatch) prepare(&r.times);
-    std::optional<KvCache> cache_slot;
-    {
-      PhaseTimer t(&r.times, Phase::Alloc);
-      cache_slot.emplace(c);
-    }
-    KvCache& cache = *cache_slot;
-    const TokenBatch b = make_batch(batch, mbs[mb], cache);
-    const int64_t n = b.size(), V = c.vocab_size;
-    logits.resize(n * V);
-    forward(*model_, cache, b, logits.data(), ex, nullptr, &trace_, &workspace_);
-    divide_rows(logits.data(), n * V, temperature);
-    // Row i predicts the next token of its sequence when that one is a target.
-    targets.assign(n, 0), dlogp.assign(n, 0.0f), lp.assign(n, 0.0f), scored.assign(n, 0);
-    int64_t row = 0;
-    for (size_t i : mbs[mb]) {
-      const Sequence& s = batch[i];
-      for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
-        if (s.target[p + 1])
-          targets[row + p] = s.tokens[p + 1], scored[row + p] = 1, dlogp[row + p] = weighted ? -s.weight[p + 1] : dl;
-      row += static_cast<int64_t>(s.tokens.size());
-    }
-    for (int64_t i = 0; i < n; ++i)
-      if (scored[i]) {
-        log_softmax_gather(&lp[i], &logits[i * V], &targets[i], 1, V, exec_);
-        r.loss += weighted ? static_cast<double>(dlogp[i]) * lp[i] : -lp[i];
+  std::vector<std::pair<int64_t, std::vector<float>>> out;
+  for (int64_t root = root_begin; root < root_end; ++root) {
+    const auto [leaf_begin, leaf_end] = tree.leaves_of(root);
+    if (leaf_begin >= leaf_end) continue;
+    PairwiseSum sum;
+    for (int64_t mb = leaf_begin; mb < leaf_end; ++mb) {
+      // The weights are quantized once per step (at the first micro-batch
+      // this rank computes), or per micro-batch with requant_every_microbatch.
+      if (!model_ || cfg_.recipe.requant_every_microbatch) prepare(&r.times);
+      std::vector<float> grads;
+      {
+        PhaseTimer t(&r.times, Phase::Alloc);
+        grads.assign(params_.numel(), 0.0f);
       }
-    dlogits.resize(n * V);
-    log_softmax_gather_backward(dlogits.data(), logits.data(), targets.data(), dlogp.data(), n, V, exec_);
-    divide_rows(dlogits.data(), n * V, temperature);  // d(logits / T) / d logits = 1 / T
-    bo.aux_loss_weight = static_cast<double>(n) / static_cast<double>(r.tokens);
-    r.aux_loss += bo.aux_loss_weight * backward(*model_, params_, bw_, cache, b, trace_, dlogits.data(),
-                                                grads.data(), bo, ex, &backward_workspace_);
+      std::optional<KvCache> cache_slot;
+      {
+        PhaseTimer t(&r.times, Phase::Alloc);
+        cache_slot.emplace(c);
+      }
+      KvCache& cache = *cache_slot;
+      const TokenBatch b = make_batch(batch, mbs[mb], cache);
+      const int64_t n = b.size(), V = c.vocab_size;
+      logits.resize(n * V);
+      forward(*model_, cache, b, logits.data(), ex, nullptr, &trace_, &workspace_);
+      divide_rows(logits.data(), n * V, temperature);
+      // Row i predicts the next token of its sequence when that one is a target.
+      targets.assign(n, 0), dlogp.assign(n, 0.0f), lp.assign(n, 0.0f), scored.assign(n, 0);
+      int64_t row = 0;
+      for (size_t i : mbs[mb]) {
+        const Sequence& s = batch[i];
+        for (size_t p = 0; p + 1 < s.tokens.size(); ++p)
+          if (s.target[p + 1])
+            targets[row + p] = s.tokens[p + 1], scored[row + p] = 1, dlogp[row + p] = weighted ? -s.weight[p + 1] : dl;
+        row += static_cast<int64_t>(s.tokens.size());
+      }
+      double loss = 0;
+      for (int64_t i = 0; i < n; ++i)
+        if (scored[i]) {
+          log_softmax_gather(&lp[i], &logits[i * V], &targets[i], 1, V, exec_);
+          loss += weighted ? static_cast<double>(dlogp[i]) * lp[i] : -lp[i];
+        }
+      mb_loss[mb] = loss;
+      dlogits.resize(n * V);
+      log_softmax_gather_backward(dlogits.data(), logits.data(), targets.data(), dlogp.data(), n, V, exec_);
+      divide_rows(dlogits.data(), n * V, temperature);  // d(logits / T) / d logits = 1 / T
+      bo.aux_loss_weight = static_cast<double>(n) / static_cast<double>(r.tokens);
+      mb_aux[mb] = bo.aux_loss_weight * backward(*model_, params_, bw_, cache, b, trace_, dlogits.data(), grads.data(),
+                                                 bo, ex, &backward_workspace_);
+      PhaseTimer t(&r.times, Phase::Alloc);
+      sum.add(std::move(grads));
+    }
+    PhaseTimer t(&r.times, Phase::Alloc);
+    out.emplace_back(root, sum.finish());
   }
+  for (size_t mb = 0; mb < mbs.size(); ++mb)
+    if (!std::isnan(mb_loss[mb])) r.loss += mb_loss[mb], r.aux_loss += mb_aux[mb];
   if (!weighted) r.loss /= static_cast<double>(r.targets);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (info) *info = r;
-  return r.loss;
+  return out;
+}
+
+OptimStats Learner::apply_grads(const std::vector<float>& grads) {
+  const OptimStats s = opt_.step(params_, grads, exec_);
+  model_.reset();
+  return s;
 }
 
 StepResult Learner::step(const std::vector<Sequence>& batch, float temperature) {

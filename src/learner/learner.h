@@ -64,6 +64,37 @@ struct LogprobOptions {
   std::function<void(size_t seq, size_t target, const float* logits)> on_row;
 };
 
+// The gradient of a step is the sum of its micro-batches' gradients in one
+// fixed order, whatever computes them: a pairwise tree over micro-batch
+// index. The M leaves are padded to W = next power of two; a node is left +
+// right, or its only present child as it is (no "+ 0", which would turn a
+// -0 into +0). Data-parallel learners split the tree at the level of
+// S = min(W, next power of two >= R) subtrees of W/S leaves each; rank r of
+// R computes the roots [r*S/R, (r+1)*S/R) and the combiner sums the S roots
+// by the same rule. The sum is therefore bitwise the same for any R.
+struct GradShard {
+  int rank = 0, ranks = 1;
+};
+// The subtree roots [first, last) shard `s` owns among the S roots of a tree of
+// m leaves, and the leaves [leaf_begin, leaf_end) under root j (clipped to m).
+struct GradTree {
+  int64_t leaves = 0, width = 1, roots = 1;  // M, W, S
+  GradTree(int64_t m, int ranks);
+  std::pair<int64_t, int64_t> roots_of(int rank, int ranks) const;
+  std::pair<int64_t, int64_t> leaves_of(int64_t root) const;
+};
+// The pairwise sum over a run of aligned nodes fed in index order (a binary
+// counter: at most log2(n) + 1 partial sums held at once).
+class PairwiseSum {
+ public:
+  void add(std::vector<float> g);
+  bool empty() const { return stack_.empty(); }
+  std::vector<float> finish();  // the root (empty if nothing was added)
+ private:
+  std::vector<std::pair<std::vector<float>, int64_t>> stack_;  // (sum, leaves under it)
+  int64_t count_ = 0;
+};
+
 struct StepResult {
   double loss = 0;          // mean cross-entropy over the targets, or -sum(weight * log p) with weights
   double aux_loss = 0;      // MoE load-balancing loss (token-weighted over micro-batches)
@@ -87,6 +118,15 @@ class Learner {
   // grads[params().numel()].
   double loss_and_grads(const std::vector<Sequence>& batch, std::vector<float>& grads, StepResult* info = nullptr,
                         float temperature = 1.0f);
+  // A shard of that: the gradient tree roots shard.rank owns (GradTree), in
+  // root order, for the whole batch (every rank passes all of it). `mb_loss`
+  // gets one entry per micro-batch (NaN for those not computed here) and
+  // `mb_aux` likewise; sum them in micro-batch order for the step's loss.
+  std::vector<std::pair<int64_t, std::vector<float>>> shard_grads(const std::vector<Sequence>& batch, GradShard shard,
+                                                                  std::vector<double>& mb_loss, std::vector<double>& mb_aux,
+                                                                  StepResult* info = nullptr, float temperature = 1.0f);
+  // The optimizer update with a gradient summed elsewhere (data-parallel).
+  OptimStats apply_grads(const std::vector<float>& grads);
 
   // The forward weights of the current masters (made on first use after an update).
   const Model& model();

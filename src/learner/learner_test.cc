@@ -4,6 +4,7 @@
 // micro-batches, weight quantizations reused within a step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -162,6 +163,44 @@ TEST_P(LearnerPlans, WeightQuantizationsPerMicroBatchChangeNothingButTime) {
   every.loss_and_grads(batch, b, &rb);
   ASSERT_GT(ra.micro_batches, 1);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// Data-parallel shards: the roots each of R ranks computes, summed by the
+// combiner's rule, give bitwise the gradient of one rank, for any R (also
+// when some ranks own no micro-batch).
+TEST_P(LearnerPlans, ShardedGradientsSumToTheSameBitsForAnyRankCount) {
+  const auto [moe, plan] = GetParam();
+  ParamTable params(small_test_config(moe));
+  init_params(params, 6, 0.2f);
+  const auto batch = random_batch(7, params.config().vocab_size, 8);
+  LearnerConfig cfg = config_for(plan, 30);
+  cfg.aux_loss_coef = moe ? 0.01 : 0.0;
+  std::vector<float> whole;
+  StepResult info;
+  Learner(params, cfg).loss_and_grads(batch, whole, &info);
+  ASSERT_GE(info.micro_batches, 5);
+  for (int ranks : {2, 3, 4, 8}) {
+    std::vector<std::pair<int64_t, std::vector<float>>> roots;
+    double loss = 0;
+    std::vector<double> all_loss(static_cast<size_t>(info.micro_batches), 0.0);
+    for (int r = 0; r < ranks; ++r) {
+      Learner l(params, cfg);
+      std::vector<double> mb_loss, mb_aux;
+      for (auto& root : l.shard_grads(batch, {r, ranks}, mb_loss, mb_aux)) roots.push_back(std::move(root));
+      for (size_t i = 0; i < mb_loss.size(); ++i)
+        if (!std::isnan(mb_loss[i])) all_loss[i] = mb_loss[i];
+    }
+    for (double x : all_loss) loss += x;
+    std::sort(roots.begin(), roots.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    PairwiseSum sum;
+    for (auto& [index, g] : roots) sum.add(std::move(g));
+    const std::vector<float> g = sum.finish();
+    ASSERT_EQ(g.size(), whole.size());
+    EXPECT_EQ(0, std::memcmp(g.data(), whole.data(), g.size() * sizeof(float))) << plan << " ranks " << ranks;
+    int64_t targets = 0;
+    for (const Sequence& q : batch) targets += q.num_targets();
+    EXPECT_EQ(loss / static_cast<double>(targets), info.loss);  // per-micro-batch losses, summed in order
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, LearnerPlans,
@@ -406,5 +445,51 @@ TEST(Learner, PacksMicroBatchesInOrderWithinTheBudget) {
   EXPECT_THROW(pack_micro_batches(seqs, 0), Error);
 }
 
+}  // namespace
+}  // namespace mxrl
+
+namespace mxrl {
+namespace {
+// The pairwise tree on scalars: the sum of the padded tree computed by
+// recursion equals the binary counter's, for every count; and -0 stays -0
+// (an absent sibling is not a +0).
+float tree_ref(const std::vector<float>& x, int64_t lo, int64_t hi) {
+  if (lo >= static_cast<int64_t>(x.size())) return std::nanf("");  // absent
+  if (hi - lo == 1) return x[static_cast<size_t>(lo)];
+  const int64_t mid = (lo + hi) / 2;
+  const float a = tree_ref(x, lo, mid), b = tree_ref(x, mid, hi);
+  return std::isnan(b) ? a : a + b;
+}
+
+TEST(GradTree, BinaryCounterIsThePaddedPairwiseTree) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1e3f, 1e3f);
+  for (int64_t m = 1; m <= 40; ++m) {
+    std::vector<float> x(static_cast<size_t>(m));
+    for (float& v : x) v = d(rng) * std::pow(10.0f, static_cast<float>(rng() % 7) - 3.0f);
+    int64_t w = 1;
+    while (w < m) w *= 2;
+    PairwiseSum s;
+    for (float v : x) s.add({v});
+    const float got = s.finish().at(0), want = tree_ref(x, 0, w);
+    EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << m;
+    for (int ranks = 1; ranks <= 6; ++ranks) {
+      const GradTree t(m, ranks);
+      int64_t covered = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const auto [a, b] = t.roots_of(r, ranks);
+        for (int64_t j = a; j < b; ++j) {
+          const auto [l0, l1] = t.leaves_of(j);
+          EXPECT_EQ(l0, std::min(m, covered));
+          covered = std::max(covered, l1);
+        }
+      }
+      EXPECT_EQ(covered, m);
+    }
+  }
+  PairwiseSum z;
+  z.add({-0.0f});
+  EXPECT_TRUE(std::signbit(z.finish().at(0)));
+}
 }  // namespace
 }  // namespace mxrl
