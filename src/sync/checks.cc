@@ -210,18 +210,33 @@ CheckResult check_atomicity(const Engine& engine, const Expectation& e, const st
   return result("atomicity", std::move(f), t0);
 }
 
+std::vector<std::vector<float>> probe_reference(const Model& learner, const Probe& probe, const Exec& learner_exec) {
+  std::vector<std::vector<float>> out;
+  for (const auto& tok : probe.tokens) out.push_back(sequence_logits(learner, tok, learner_exec));
+  return out;
+}
+
 CheckResult check_agreement(const Model& learner, const Engine& engine, const Probe& probe, const AgreementBound& bound,
                             const Exec& learner_exec) {
+  return check_agreement(probe_reference(learner, probe, learner_exec), engine, probe, bound);
+}
+
+CheckResult check_agreement(const std::vector<std::vector<float>>& reference, const Engine& engine, const Probe& probe,
+                            const AgreementBound& bound) {
   const auto t0 = Clock::now();
   if (probe.tokens.size() != probe.prompt_len.size()) fail("agreement probe: tokens and prompt lengths disagree");
-  const int64_t V = learner.config().vocab_size;
+  if (reference.size() != probe.tokens.size())
+    fail("agreement: {} reference rows for {} probe sequences", reference.size(), probe.tokens.size());
+  const int64_t V = engine.model().config().vocab_size;
   MismatchStats stats;
   std::vector<float> scratch;
   int64_t unequal = 0;
   std::string first;
   for (size_t i = 0; i < probe.tokens.size(); ++i) {
     const auto& tok = probe.tokens[i];
-    const std::vector<float> ref = sequence_logits(learner, tok, learner_exec);
+    const std::vector<float>& ref = reference[i];
+    if (ref.size() != tok.size() * static_cast<size_t>(V))
+      fail("agreement: probe {}: {} reference logits, expected {} x {}", i, ref.size(), tok.size(), V);
     const std::vector<float> got = engine.sequence_logits(tok);
     for (size_t t = static_cast<size_t>(probe.prompt_len[i]); t < tok.size(); ++t) {
       const float* rl = &ref[(t - 1) * V];

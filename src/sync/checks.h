@@ -107,5 +107,10 @@ struct AgreementBound {
 // through the engine's own model and kernels.
 CheckResult check_agreement(const Model& learner, const Engine& engine, const Probe& probe, const AgreementBound& bound,
                             const Exec& learner_exec = {});
+// The same in two halves, for a learner in another process: the learner's
+// logits rows of each probe sequence, and the check against them.
+std::vector<std::vector<float>> probe_reference(const Model& learner, const Probe& probe, const Exec& learner_exec = {});
+CheckResult check_agreement(const std::vector<std::vector<float>>& reference, const Engine& engine, const Probe& probe,
+                            const AgreementBound& bound);
 
 }  // namespace mxrl::sync

@@ -79,7 +79,7 @@ std::string fault_target(const Model& m, const std::string& what) {
 }
 
 void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const PrecisionPlan& learner_plan,
-                        const PrecisionPlan& sampler_plan, SyncMode mode) {
+                        const PrecisionPlan& sampler_plan, SyncMode mode, bool separate_sampler) {
   const ParamTable layout(cfg, /*allocate=*/false);
   bool any_mx = false, any_quantized = false, router_fp32 = false;
   for (const ParamInfo& p : layout.entries()) {
@@ -99,6 +99,8 @@ void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const P
     if (f.needs_tied_head && !cfg.tie_word_embeddings) refuse("needs a model with a tied lm_head (tie_word_embeddings)");
     if (f.needs_requantize && mode != SyncMode::Requantize) refuse("is a bug of the requantize path: use --sync requantize");
     if (f.needs_fp8_kv && !sampler_plan.fp8_kv_cache) refuse("needs a sampler plan with an FP8 KV cache (e.g. mxfp8+fp8kv)");
+    if (f.needs_mpi && !separate_sampler)
+      refuse("needs a separate sampler process: mpirun -np N mxrl rl --learners L --samplers S");
     switch (in.fault) {
       case Fault::RequantFloor:
         if (!any_mx) refuse("needs a sampler plan with MX linears");

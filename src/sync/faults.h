@@ -21,8 +21,9 @@ namespace mxrl::sync {
 // (an expert fault on a dense model, stale-tied-head on an untied one,
 // router-bf16 without an FP32 router, requant-floor without requantize into
 // an MX plan, transposed without a square o_proj, ...).
+// `separate_sampler`: the sampler is another process (the MPI runtime).
 void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const PrecisionPlan& learner_plan,
-                        const PrecisionPlan& sampler_plan, SyncMode mode);
+                        const PrecisionPlan& sampler_plan, SyncMode mode, bool separate_sampler = false);
 
 // The learner's seam, after it built version `b.version`: col-blocks ships
 // layer 0 q_proj's column-blocked quantization (same byte counts, so the

@@ -114,28 +114,39 @@ void apply_bundle(Engine& engine, const Bundle& b, const FaultPlan& faults, cons
   if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", v);
 }
 
-SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine& engine, uint64_t version,
-                        const SyncSettings& s, const Probe& probe, const std::vector<GeneratedSample>& rollout,
-                        uint64_t rollout_version, const Channel& channel, const Exec& exec) {
+std::vector<std::byte> build_bundle_bytes(const Model& learner, const ParamTable& masters, const PrecisionPlan& plan,
+                                          uint64_t version, const SyncSettings& s, const Exec& exec) {
+  Bundle bundle = s.mode == SyncMode::Ship ? make_ship_bundle(learner, masters, plan, version, exec)
+                                           : make_requantize_bundle(masters, learner.plan(), version);
+  inject_learner_faults(bundle, learner, masters, s.faults, exec);
+  return serialize(bundle);
+}
+
+bool agreement_due(const SyncSettings& s, uint64_t version) {
+  return s.agreement_every > 0 && version % static_cast<uint64_t>(s.agreement_every) == 0;
+}
+
+CheckReference learner_reference(const Model& learner, const ParamTable& masters, const PrecisionPlan& plan,
+                                 uint64_t version, const SyncSettings& s, const Probe& probe, const Exec& exec) {
+  CheckReference ref;
+  ref.manifest = expected_manifest(learner, masters, plan, exec);
+  ref.agreement = agreement_due(s, version);
+  if (ref.agreement) ref.probe_logits = probe_reference(learner, probe, exec);
+  return ref;
+}
+
+SyncReport apply_and_check(Engine& engine, uint64_t version, const std::function<std::vector<std::byte>()>& receive,
+                           const std::function<CheckReference()>& reference, const SyncSettings& s, const Probe& probe,
+                           const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const Exec& exec) {
   SyncReport r;
   r.version = version;
   Expectation e;
   e.version = version;
   e.previous_manifest = model_digests(engine.model());
-  // The learner's side: the bundle, and what it expects the sampler to hold.
   auto t0 = Clock::now();
-  // What the sampler is meant to run (a copy: the swap frees the old model).
-  const PrecisionPlan plan = s.sampler_plan ? *s.sampler_plan : engine.model().plan();
-  Bundle bundle = s.mode == SyncMode::Ship ? make_ship_bundle(learner, masters, plan, version, exec)
-                                           : make_requantize_bundle(masters, learner.plan(), version);
-  inject_learner_faults(bundle, learner, masters, s.faults, exec);
-  std::vector<std::byte> bytes = serialize(bundle);
-  r.bytes = static_cast<int64_t>(bytes.size());
-  r.build_seconds = since(t0);
-  // The sampler's side.
-  t0 = Clock::now();
   try {
-    if (channel) bytes = channel(std::move(bytes));
+    const std::vector<std::byte> bytes = receive();
+    r.bytes = static_cast<int64_t>(bytes.size());
     apply_bundle(engine, parse_bundle(bytes, fmt::format("bundle v{}", version)), s.faults, exec);
     r.applied = true;
   } catch (const Error& err) {
@@ -145,19 +156,42 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   r.apply_seconds = since(t0);
   if (s.checks == CheckMode::Off) return r;
   t0 = Clock::now();
-  e.manifest = expected_manifest(learner, masters, plan, exec);
+  const CheckReference ref = reference();
+  e.manifest = ref.manifest;
   const std::vector<TensorDigest> live = model_digests(engine.model());
-  // A linear whose bytes match nothing: is it the learner's weight transposed?
-  auto transposed = [&](const std::string& name) {
-    const PreparedLinear *have = engine.model().find_linear(name), *want = learner.find_linear(name);
-    return have && want && holds_transpose(*have, *want);
-  };
-  if (!e.sync_failed) r.checks = check_manifests(e.manifest, live, e.previous_manifest, transposed);
+  if (!e.sync_failed) r.checks = check_manifests(e.manifest, live, e.previous_manifest, ref.transposed);
   r.checks.push_back(check_freshness(engine, exec));
   r.checks.push_back(check_atomicity(engine, e, rollout, rollout_version, live));
-  if (!e.sync_failed && s.agreement_every > 0 && version % static_cast<uint64_t>(s.agreement_every) == 0)
-    r.checks.push_back(check_agreement(learner, engine, probe, s.bound, exec));
+  if (!e.sync_failed && ref.agreement) r.checks.push_back(check_agreement(ref.probe_logits, engine, probe, s.bound));
   r.check_seconds = since(t0);
+  return r;
+}
+
+SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine& engine, uint64_t version,
+                        const SyncSettings& s, const Probe& probe, const std::vector<GeneratedSample>& rollout,
+                        uint64_t rollout_version, const Channel& channel, const Exec& exec) {
+  // What the sampler is meant to run (a copy: the swap frees the old model).
+  const PrecisionPlan plan = s.sampler_plan ? *s.sampler_plan : engine.model().plan();
+  const auto t0 = Clock::now();
+  std::vector<std::byte> bytes = build_bundle_bytes(learner, masters, plan, version, s, exec);
+  const double build = since(t0);
+  std::shared_ptr<ChunkSender> sender = s.sender ? s.sender : std::make_shared<ChunkSender>();
+  auto receive = [&] {
+    std::vector<std::byte> got = pass_through_chunks(*sender, bytes, version, s.faults);
+    return channel ? channel(std::move(got)) : got;
+  };
+  auto reference = [&] {
+    CheckReference ref = learner_reference(learner, masters, plan, version, s, probe, exec);
+    // A linear whose bytes match nothing: is it the learner's weight transposed?
+    ref.transposed = [&](const std::string& name) {
+      const PreparedLinear *have = engine.model().find_linear(name), *want = learner.find_linear(name);
+      return have && want && holds_transpose(*have, *want);
+    };
+    return ref;
+  };
+  SyncReport r = apply_and_check(engine, version, receive, reference, s, probe, rollout, rollout_version, exec);
+  r.build_seconds = build;
+  r.bytes = static_cast<int64_t>(bytes.size());
   return r;
 }
 

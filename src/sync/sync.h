@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "sampler/engine.h"
 #include "sync/bundle.h"
 #include "sync/checks.h"
+#include "sync/transport.h"
 
 namespace mxrl::sync {
 
@@ -35,6 +37,9 @@ struct SyncSettings {
   // against (unset: the engine's plan at the time of the sync).
   std::optional<PrecisionPlan> sampler_plan;
   FaultPlan faults;              // injected at the learner's, the channel's and the loader's seams
+  // The chunked channel's sender (keeps the last version's chunks); null:
+  // one per sync, 1 MiB chunks.
+  std::shared_ptr<ChunkSender> sender;
 };
 
 // Moves bundle bytes from the learner to the sampler. The in-process channel
@@ -62,6 +67,32 @@ bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, cons
 // as it was, when the bundle does not fit. Loader faults (sync/faults.h) are
 // injected here.
 void apply_bundle(Engine& engine, const Bundle& bundle, const FaultPlan& faults = {}, const Exec& exec = {});
+
+// The sync in its two halves, as the MPI runtime runs them in two processes.
+//
+// The learner's half: the bundle bytes of `version` for a sampler under
+// `plan` (ship or requantize; learner faults injected).
+std::vector<std::byte> build_bundle_bytes(const Model& learner, const ParamTable& masters, const PrecisionPlan& plan,
+                                          uint64_t version, const SyncSettings& s, const Exec& exec = {});
+// What the learner knows about `version` for the checks: the expected
+// manifest and, when the agreement check is due, its logits of the probe.
+struct CheckReference {
+  std::vector<TensorDigest> manifest;
+  bool agreement = false;
+  std::vector<std::vector<float>> probe_logits;  // per probe sequence [len, vocab]
+  // In process only: does the live linear `name` hold the learner's weight transposed?
+  std::function<bool(const std::string& name)> transposed;
+};
+bool agreement_due(const SyncSettings& s, uint64_t version);
+CheckReference learner_reference(const Model& learner, const ParamTable& masters, const PrecisionPlan& plan,
+                                 uint64_t version, const SyncSettings& s, const Probe& probe, const Exec& exec = {});
+// The sampler's half: `receive` yields the reassembled bundle bytes (or
+// throws: a refused transfer), which are parsed and applied; then, unless
+// checks are off, `reference` is asked for the learner's side and the seven
+// checks run against the live engine.
+SyncReport apply_and_check(Engine& engine, uint64_t version, const std::function<std::vector<std::byte>()>& receive,
+                           const std::function<CheckReference()>& reference, const SyncSettings& s, const Probe& probe,
+                           const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const Exec& exec = {});
 
 // One sync of version `version` from the learner (its forward model and FP32
 // masters) to `engine`, then the checks. `rollout` holds the samples of the

@@ -30,6 +30,8 @@ enum class Fault {
   StalePacked, StalePrefixCache, StalePlan,
   // 6 atomicity
   SyncMidGeneration, PartialSync,
+  // 6 atomicity, of the chunked transport (sync/transport.h)
+  ChunkCorrupt, ChunkTruncate, ChunkStale, SamplerKilled,
   // 7 agreement
   ForeignKernel, KvFp8, KvScaleOne,
 };
@@ -47,6 +49,7 @@ struct FaultInfo {
   bool needs_requantize;  // only the requantize sync path has the bug
   bool needs_fp8_kv;      // a sampler plan with an FP8 KV cache
   const char* what;       // one line: what goes wrong
+  bool needs_mpi = false; // a separate sampler process (mpirun ... --samplers S)
 };
 
 // Every fault, in condition order.
