@@ -131,7 +131,7 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
   };
   fmt::print(stderr,
              "rl: task {}, recipe {}, sampler {} fed by {}{}, {} steps x {} prompts x {} samples, checks {}, from step {}\n",
-             run.task().name(), run.learner().plan().name, run.engine().model().plan().name, sync::sync_mode_name(cfg.sync),
+             run.task().name(), run.learner().plan().name, run.sampler_plan().name, sync::sync_mode_name(cfg.sync),
              run.last_sync().checks.empty() ? "" : (run.last_sync().passed() ? " (first sync: all checks pass)" : " (first sync: CHECKS FAILED)"),
              cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, sync::check_mode_name(cfg.checks), first);
   metrics.write(nlohmann::json{{"step", first}, {"sync", run.last_sync().to_json()}});

@@ -44,7 +44,15 @@ int64_t layout_numel(const ParamTable& t) {
 struct StateFile {
   int64_t step = 0;
   nlohmann::json meta;
+  std::vector<std::string> files;
 };
+
+// A further file's name: plain, and not one of the state's own.
+bool plain_name(const std::string& n) {
+  if (n.empty() || n == "." || n == ".." || n == kStateFile || n == kOptimizerFile) return false;
+  if (n == "config.json" || n == "model.safetensors" || n == "tokenizer.json" || n == "tokenizer_config.json") return false;
+  return n.find('/') == std::string::npos && n.find('\\') == std::string::npos;
+}
 
 StateFile parse_state_file(const fs::path& path) {
   const std::string file = path.string();
@@ -63,7 +71,16 @@ StateFile parse_state_file(const fs::path& path) {
       step.get<int64_t>() < 0)
     fail("{}: step must be a non-negative integer, got {}", file, step.dump());
   if (!j.contains("meta")) fail("{}: no \"meta\"", file);
-  return {step.get<int64_t>(), j["meta"]};
+  StateFile sf{step.get<int64_t>(), j["meta"], {}};
+  if (j.contains("files")) {  // optional: states without further files have none
+    if (!j["files"].is_array()) fail("{}: \"files\" must be an array of file names", file);
+    for (const nlohmann::json& n : j["files"]) {
+      if (!n.is_string() || !plain_name(n.get<std::string>()))
+        fail("{}: \"files\" entry {} is not a plain file name of the state", file, n.dump());
+      sf.files.push_back(n.get<std::string>());
+    }
+  }
+  return sf;
 }
 
 }  // namespace
@@ -78,12 +95,18 @@ void save_train_state(const std::string& dir, const TrainState& s) {
   if (static_cast<int64_t>(s.v.size()) != n)
     fail("{}: the second moment v has {} elements, the parameters {}", dir, s.v.size(), n);
   if (s.step < 0) fail("{}: step must be >= 0, got {}", dir, s.step);
+  std::vector<std::string> file_names;
+  for (const auto& [name, bytes] : s.files) {
+    if (!plain_name(name)) fail("{}: \"{}\" cannot be a further file of a train state", dir, name);
+    file_names.push_back(name);
+  }
   std::string state_text;
   try {
     state_text = nlohmann::json{{"format", kTrainStateFormat},
                                 {"version", kTrainStateVersion},
                                 {"step", s.step},
-                                {"meta", s.meta}}
+                                {"meta", s.meta},
+                                {"files", file_names}}
                      .dump(2) +
                  "\n";
   } catch (const nlohmann::json::exception& e) {
@@ -91,6 +114,7 @@ void save_train_state(const std::string& dir, const TrainState& s) {
   }
 
   write_dir_atomic(dir, [&](const std::string& tmp) {
+    for (const auto& [name, bytes] : s.files) write_file_atomic((fs::path(tmp) / name).string(), bytes);
     write_checkpoint_files(tmp, s.config, s.params, st::DType::F32, {}, s.tokenizer_json,
                            s.tokenizer_config_json);
     st::Writer w;
@@ -145,6 +169,11 @@ TrainState load_train_state(const std::string& dir_s) {
   for (size_t i = 0; i < entries.size(); ++i) {
     if (!seen_m[i]) fail("{}: missing tensor 'm.{}'", opt_file, entries[i].name);
     if (!seen_v[i]) fail("{}: missing tensor 'v.{}'", opt_file, entries[i].name);
+  }
+  for (const std::string& name : sf.files) {
+    const fs::path p = dir / name;
+    if (!fs::exists(p)) fail("{}: missing (listed in {})", p.string(), kStateFile);
+    s.files[name] = read_text(p);
   }
   return s;
 }

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct TrainState {
   int64_t step = 0;          // optimizer steps taken
   nlohmann::json meta = nlohmann::json::object();  // run settings, data position, RNG state: opaque here
   std::string tokenizer_json, tokenizer_config_json;  // empty: not written
+  // Further files of the state (name -> bytes; plain names, listed in
+  // trainer_state.json as "files"): e.g. an RL run's rollout generated ahead.
+  std::map<std::string, std::string> files = {};
 };
 
 inline constexpr const char* kTrainStateFormat = "mxrl-train-state";

@@ -10,6 +10,7 @@
 
 #include "learner/train_state.h"
 #include "model/checkpoint.h"
+#include "sampler/sample_io.h"
 #include "sync/faults.h"
 #include "sync/mismatch.h"
 #include "util/error.h"
@@ -24,6 +25,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 constexpr const char* kCtx = "RL settings";
+constexpr const char* kPendingRollout = "pending_rollout.bin";
 }  // namespace
 
 // ---- settings ----
@@ -54,7 +56,9 @@ json RlConfig::to_json() const {
             {"eval_every", eval_every},
             {"eval_problems", eval_problems},
             {"save_every", save_every},
-            {"inject", inject}};
+            {"inject", inject},
+            {"off_policy", off_policy},
+            {"sync_chunk_bytes", sync_chunk_bytes}};
   learner_config_to_json(learner, j);
   return j;
 }
@@ -102,6 +106,10 @@ RlConfig RlConfig::from_json(const json& j) {
     if (!j["inject"].is_array()) fail("{}: \"inject\" must be an array of strings", kCtx);
     for (const json& f : j["inject"]) c.inject.push_back(jsonr::string(f, where("inject")));
   }
+  // Optional (states saved before the distributed runtime were on-policy, 1 MiB chunks).
+  if (j.contains("off_policy")) c.off_policy = jsonr::integer(j["off_policy"], 0, 1, where("off_policy"));
+  if (j.contains("sync_chunk_bytes"))
+    c.sync_chunk_bytes = jsonr::integer(j["sync_chunk_bytes"], 1, int64_t{1} << 40, where("sync_chunk_bytes"));
   c.learner = learner_config_from_json(j, kCtx);
   return c;
 }
@@ -122,7 +130,11 @@ void RlConfig::validate() const {
     fail("agreement_every, probe_prompts, eval_every, eval_problems and save_every must be >= 0");
   if (!(agreement_max_kl >= 0) || !(agreement_max_abs_dlogp >= 0)) fail("agreement bounds must be >= 0");
   learner.optim.validate();
-  FaultPlan::parse(inject);
+  const FaultPlan faults = FaultPlan::parse(inject);
+  if (off_policy < 0 || off_policy > 1) fail("off_policy must be 0 (on-policy) or 1 (one step behind), got {}", off_policy);
+  if (off_policy > 0 && faults.injected(Fault::SyncMidGeneration))
+    fail("--inject sync-mid-generation models an on-policy pipeline; it cannot run with --off-policy {}", off_policy);
+  if (sync_chunk_bytes < 1) fail("sync_chunk_bytes must be positive, got {}", sync_chunk_bytes);
 }
 
 json RlStepStats::to_json() const {
@@ -148,6 +160,8 @@ json RlStepStats::to_json() const {
             {"grad_norm", grad_norm},
             {"lr", lr},
             {"tokens", tokens},
+            {"staleness_mean", staleness_mean},
+            {"staleness_max", staleness_max},
             {"tokens_per_s", seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0},
             {"generate_s", generate_s},
             {"score_s", score_s},
@@ -155,6 +169,7 @@ json RlStepStats::to_json() const {
             {"sync_s", sync_s},
             {"seconds", seconds}};
   j["sync"] = sync.to_json();
+  if (!sync_ranks.is_null()) j["sync_ranks"] = sync_ranks;
   return j;
 }
 
@@ -180,6 +195,7 @@ void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std
     probe_.tokens.push_back(std::move(t));
   }
   probe_.temperature = cfg_.temperature;
+  sync_.sender = std::make_shared<sync::ChunkSender>(static_cast<size_t>(cfg_.sync_chunk_bytes));
 }
 
 namespace {
@@ -193,15 +209,11 @@ PrecisionPlan sampler_plan_for(const RlConfig& cfg, const Learner& learner) {
 
 // The sampler starts from the learner's weights (its own model of them),
 // and then receives version step_ through the sync like every later one.
-void RlRun::sync_to_sampler(const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const RlEvents& ev) {
+void RlRun::sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks) {
   const uint64_t v = static_cast<uint64_t>(step_);
-  if (!engine_) {
+  if (!sync_.sampler_plan) {
     const PrecisionPlan plan = sampler_plan_for(cfg_, *learner_);
-    sync::check_faults_apply(faults_, learner_->params().config(), learner_->plan(), plan, cfg_.sync);
-    EngineOptions opt;
-    opt.record_logits = true;  // exact KL needs the sampler's whole distributions
-    engine_ = std::make_unique<Engine>(std::make_shared<const Model>(learner_->params(), plan, exec_),
-                                       std::numeric_limits<uint64_t>::max(), opt, exec_, faults_);
+    sync::check_faults_apply(faults_, learner_->params().config(), learner_->plan(), plan, cfg_.sync, remote_ != nullptr);
     sync_.sampler_plan = plan;
     sync_.faults = faults_;
     sync_.mode = cfg_.sync;
@@ -210,9 +222,19 @@ void RlRun::sync_to_sampler(const std::vector<GeneratedSample>& rollout, uint64_
     sync_.bound.bitwise = sync::same_numerics(learner_->model(), plan, exec_);
     sync_.bound.max_kl = cfg_.agreement_max_kl;
     sync_.bound.max_abs_dlogp = cfg_.agreement_max_abs_dlogp;
+    if (!remote_) {
+      EngineOptions opt;
+      opt.record_logits = true;  // exact KL needs the sampler's whole distributions
+      engine_ = std::make_unique<Engine>(std::make_shared<const Model>(learner_->params(), plan, exec_),
+                                         std::numeric_limits<uint64_t>::max(), opt, exec_, faults_);
+    }
   }
-  last_sync_ = sync::sync_weights(learner_->model(), learner_->params(), *engine_, v, sync_, probe_, rollout,
-                                  rollout_version, {}, exec_);
+  nlohmann::json local;
+  if (remote_)
+    last_sync_ = remote_->sync(*learner_, sync_, probe_, v, ranks ? *ranks : local);
+  else
+    last_sync_ = sync::sync_weights(learner_->model(), learner_->params(), *engine_, v, sync_, probe_, last_rollout_,
+                                    last_rollout_version_, {}, exec_);
   if (ev.on_sync) ev.on_sync(last_sync_);
   if (cfg_.checks == sync::CheckMode::Stop && !last_sync_.passed()) {
     const std::vector<std::string> f = last_sync_.findings();
@@ -234,14 +256,35 @@ RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::uniqu
   if (r.cfg_.learner.optim.schedule == LrSchedule::Cosine && r.cfg_.learner.optim.total_steps == 0)
     r.cfg_.learner.optim.total_steps = cfg.steps * cfg.updates_per_batch;
   r.init(std::move(ck.params), ck.tokenizer_json, ck.tokenizer_config_json, exec);
-  r.sync_to_sampler({}, 0, {});
+  r.sync_to_sampler({});
   return r;
 }
 
-RlRun RlRun::resume(const std::string& state_dir, const Exec& exec) {
+RlRun RlRun::start_remote(const std::string& model_dir, const RlConfig& cfg, std::shared_ptr<RlRemote> remote,
+                          const Exec& exec) {
+  Checkpoint ck = load_checkpoint(model_dir);
+  RlRun r;
+  r.cfg_ = cfg;
+  r.remote_ = std::move(remote);
+  if (r.cfg_.learner.optim.schedule == LrSchedule::Cosine && r.cfg_.learner.optim.total_steps == 0)
+    r.cfg_.learner.optim.total_steps = cfg.steps * cfg.updates_per_batch;
+  r.init(std::move(ck.params), ck.tokenizer_json, ck.tokenizer_config_json, exec);
+  if (r.remote_->init) r.remote_->init(r);
+  r.sync_to_sampler({});
+  return r;
+}
+
+RlRun RlRun::resume(const std::string& state_dir, const Exec& exec) { return resume_impl(state_dir, nullptr, exec); }
+
+RlRun RlRun::resume_remote(const std::string& state_dir, std::shared_ptr<RlRemote> remote, const Exec& exec) {
+  return resume_impl(state_dir, std::move(remote), exec);
+}
+
+RlRun RlRun::resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote> remote, const Exec& exec) {
   TrainState st = load_train_state(state_dir);
   if (!st.meta.contains("rl")) fail("{}: not an RL training state (no \"rl\" settings)", state_dir);
   RlRun r;
+  r.remote_ = std::move(remote);
   r.cfg_ = RlConfig::from_json(st.meta["rl"]);
   r.step_ = jsonr::integer(st.meta.contains("rl_step") ? st.meta["rl_step"] : json(), 0, r.cfg_.steps,
                            fmt::format("{}: \"rl_step\"", state_dir));
@@ -252,64 +295,141 @@ RlRun RlRun::resume(const std::string& state_dir, const Exec& exec) {
   opt.m() = std::move(st.m);
   opt.v() = std::move(st.v);
   opt.set_step(st.step);
-  r.sync_to_sampler({}, static_cast<uint64_t>(r.step_), {});
+  r.last_rollout_version_ = static_cast<uint64_t>(r.step_);
+  if (st.files.count(kPendingRollout)) {
+    const std::string& b = st.files.at(kPendingRollout);
+    ByteReader rd(std::as_bytes(std::span<const char>(b.data(), b.size())),
+                  fmt::format("{}/{}", state_dir, kPendingRollout));
+    r.prefetched_ = read_samples(rd);
+    rd.expect_done();
+    const int64_t want = r.cfg_.prompts_per_step * r.cfg_.samples_per_prompt;
+    if (static_cast<int64_t>(r.prefetched_.size()) != want)
+      fail("{}/{}: {} samples, expected {}", state_dir, kPendingRollout, r.prefetched_.size(), want);
+    r.prefetched_step_ = r.step_;
+    r.last_rollout_ = r.prefetched_;
+    r.last_rollout_version_ = r.prefetched_.front().version;
+  }
+  if (r.remote_ && r.remote_->init) r.remote_->init(r);
+  r.sync_to_sampler({});
   return r;
 }
 
-void RlRun::save(const std::string& dir) const {
+void RlRun::save(const std::string& dir) {
   TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
                 learner_->optimizer().v(), learner_->optimizer().step(), json::object(), setup_.tokenizer_json,
                 setup_.tokenizer_config_json};
   st.meta["rl"] = cfg_.to_json();
   st.meta["rl_step"] = step_;                      // the data position: next prompts are Train step*P ...
-  st.meta["sampler_version"] = engine_->version();  // == rl_step after a clean sync
+  st.meta["sampler_version"] = last_sync_.applied ? last_sync_.version : uint64_t{0};  // == rl_step after a clean sync
+  if (prefetched_step_ == step_) {
+    // Off-policy: the next step's rollout, generated under the previous
+    // version, is part of the state (resuming cannot remake it).
+    if (remote_ && prefetched_.empty()) prefetched_ = remote_->generate(step_, make_requests(step_));
+    ByteWriter w;
+    write_samples(w, prefetched_);
+    st.files[kPendingRollout] = std::string(reinterpret_cast<const char*>(w.bytes().data()), w.bytes().size());
+  }
   save_train_state(dir, st);
 }
 
 EvalResult RlRun::evaluate_now() {
-  EvalResult e = evaluate(engine_->shared_model(), *task_, *setup_.tk, setup_.eos, cfg_.seed, cfg_.eval_problems, setup_.max_new, exec_);
+  // Through the sampler; distributed, through the model the sampler is
+  // expected to hold (the learner's weights under the sampler's plan).
+  std::shared_ptr<const Model> m =
+      engine_ ? engine_->shared_model() : std::make_shared<const Model>(learner_->params(), *sync_.sampler_plan, exec_);
+  EvalResult e = evaluate(m, *task_, *setup_.tk, setup_.eos, cfg_.seed, cfg_.eval_problems, setup_.max_new, exec_);
   e.step = step_;
   return e;
 }
 
-std::vector<tasks::Problem> RlRun::submit_rollout(int64_t t, std::vector<std::vector<int32_t>>& prompts) {
+std::vector<GenerationRequest> RlRun::make_requests(int64_t t, std::vector<tasks::Problem>* problems) const {
   const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
-  std::vector<tasks::Problem> problems;
-  const bool submit = presubmitted_ != t;
-  presubmitted_ = -1;
+  std::vector<GenerationRequest> reqs;
   for (int64_t i = 0; i < P; ++i) {
     const uint64_t index = static_cast<uint64_t>(t * P + i);
-    problems.push_back(task_->generate(tasks::Split::Train, cfg_.seed, index));
+    const tasks::Problem p = task_->generate(tasks::Split::Train, cfg_.seed, index);
     GenerationRequest req;
     req.id = static_cast<int64_t>(index);
-    req.prompt = setup_.tk->encode(problems.back().prompt);
+    req.prompt = setup_.tk->encode(p.prompt);
     req.n = G;
     req.max_new_tokens = setup_.max_new;
     req.sampling.temperature = cfg_.temperature;
     req.stop_tokens = {setup_.eos};
     req.seed = cfg_.seed;
-    prompts.push_back(req.prompt);
-    if (submit) engine_->submit(req);
+    reqs.push_back(std::move(req));
+    if (problems) problems->push_back(p);
   }
-  return problems;
+  return reqs;
+}
+
+void RlRun::submit_rollout(int64_t t) {
+  for (const GenerationRequest& req : make_requests(t)) engine_->submit(req);
+}
+
+void RlRun::prefetch(int64_t t) {
+  prefetched_step_ = t;
+  last_rollout_version_ = remote_ ? static_cast<uint64_t>(step_) : engine_->version();
+  if (remote_) return remote_->prefetch(t, make_requests(t));
+  submit_rollout(t);
+  prefetched_ = engine_->run();
+  last_rollout_ = prefetched_;
+}
+
+std::vector<GeneratedSample> RlRun::rollout(int64_t t) {
+  std::vector<GeneratedSample> samples;
+  if (prefetched_step_ == t) {  // off-policy: generated during the previous step
+    prefetched_step_ = -1;
+    samples = remote_ && prefetched_.empty() ? remote_->generate(t, make_requests(t)) : std::move(prefetched_);
+    prefetched_.clear();
+  } else if (remote_) {
+    last_rollout_version_ = static_cast<uint64_t>(step_);
+    samples = remote_->generate(t, make_requests(t));
+  } else {
+    last_rollout_version_ = engine_->version();
+    if (presubmitted_ != t) submit_rollout(t);
+    presubmitted_ = -1;
+    samples = engine_->run();
+    for (GeneratedSample& g : early_) samples.push_back(std::move(g));
+    early_.clear();
+    last_rollout_ = samples;
+  }
+  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& a, const GeneratedSample& b) {
+    return a.request != b.request ? a.request < b.request : a.index < b.index;
+  });
+  return samples;
 }
 
 RlStepStats RlRun::step_once(const RlEvents& ev) {
   const auto t_start = Clock::now();
   RlStepStats st;
-  st.version = engine_->version();
   const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
   // 1. Rollout.
   auto t0 = Clock::now();
+  std::vector<tasks::Problem> problems;
   std::vector<std::vector<int32_t>> prompts;
-  const std::vector<tasks::Problem> problems = submit_rollout(step_, prompts);
-  std::vector<GeneratedSample> samples = engine_->run();
-  for (GeneratedSample& g : early_) samples.push_back(std::move(g));
-  early_.clear();
-  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& a, const GeneratedSample& b) {
-    return a.request != b.request ? a.request < b.request : a.index < b.index;
-  });
+  for (GenerationRequest& r : make_requests(step_, &problems)) prompts.push_back(std::move(r.prompt));
+  const std::vector<GeneratedSample> samples = rollout(step_);
   if (static_cast<int64_t>(samples.size()) != P * G) fail("the sampler returned {} samples, expected {}", samples.size(), P * G);
+  // Staleness: how many versions behind the learner each sample is.
+  st.version = samples.front().version;
+  double stale_sum = 0;
+  for (const GeneratedSample& g : samples) {
+    if (g.version > static_cast<uint64_t>(step_))
+      fail("sample {}/{} carries version {}, ahead of the learner's {}", g.request, g.index, g.version, step_);
+    const int64_t stale = step_ - static_cast<int64_t>(g.version);
+    // Refused, unless the checks only warn: then a sampler left on an old
+    // version by a refused sync keeps serving it, and the staleness shows.
+    if (stale > cfg_.off_policy && cfg_.checks == sync::CheckMode::Stop)
+      fail("sample {}/{} was generated under version {}, {} behind the learner's {}: beyond the off-policy bound {}",
+           g.request, g.index, g.version, stale, step_, cfg_.off_policy);
+    st.version = std::min(st.version, g.version);
+    st.staleness_max = std::max(st.staleness_max, stale);
+    stale_sum += static_cast<double>(stale);
+  }
+  st.staleness_mean = stale_sum / static_cast<double>(samples.size());
+  // Off-policy: the next step's rollout starts now, under the weights the
+  // samplers hold, while the learner trains on this one.
+  if (cfg_.off_policy > 0 && step_ + 1 < cfg_.steps) prefetch(step_ + 1);
   st.generate_s = since(t0);
   // 2. Rewards and advantages.
   std::vector<double> rewards;
@@ -388,7 +508,7 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
       ++st.skipped_updates;
       continue;
     }
-    const StepResult r = learner_->step(train, cfg_.temperature);
+    const StepResult r = remote_ ? remote_->train(*learner_, train, cfg_.temperature) : learner_->step(train, cfg_.temperature);
     st.grad_norm = r.optim.grad_norm;
     st.lr = r.optim.lr;
     st.tokens += r.tokens;
@@ -397,19 +517,17 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   st.train_s = since(t0);
   // 5. Sync version step+1 to the sampler, and the checks.
   t0 = Clock::now();
-  const uint64_t intended = static_cast<uint64_t>(step_);  // the version these samples were meant for
   ++step_;
   st.step = step_;
   if (faults_.active(Fault::SyncMidGeneration, static_cast<uint64_t>(step_)) && step_ < cfg_.steps) {
     // The fault's pipelining: the next rollout starts before the sync, and the
     // sync (not draining) swaps weights under the samples in flight.
-    std::vector<std::vector<int32_t>> next;
-    submit_rollout(step_, next);
+    submit_rollout(step_);
     presubmitted_ = step_;
     for (int i = 0; i < 2; ++i)
       for (GeneratedSample& g : engine_->step()) early_.push_back(std::move(g));
   }
-  sync_to_sampler(samples, intended, ev);
+  sync_to_sampler(ev, &st.sync_ranks);
   st.sync = last_sync_;
   st.sync_s = since(t0);
   st.seconds = since(t_start);

@@ -48,6 +48,8 @@
 
 namespace mxrl::rl {
 
+class RlRun;
+
 struct RlConfig {
   std::string task = "addition";
   uint64_t seed = 0;
@@ -70,6 +72,11 @@ struct RlConfig {
   int64_t eval_problems = 200;
   int64_t save_every = 0;
   std::vector<std::string> inject;   // faults, NAME or NAME@STEP (util/faults.h)
+  // Off-policy bound: step t+1's rollout is generated under the weights of
+  // step t while the learner trains step t (1), or on-policy (0). A sample
+  // older than the bound is refused.
+  int64_t off_policy = 0;
+  int64_t sync_chunk_bytes = 1 << 20;  // the chunked channel's payload per chunk (not the math)
   LearnerConfig learner;
 
   nlohmann::json to_json() const;
@@ -90,7 +97,10 @@ struct RlStepStats {
   PolicyLossResult loss;      // of the first mini-batch (ratio stats, clip fraction)
   double policy_loss = 0, grad_norm = 0, lr = 0;
   int64_t tokens = 0;         // trained tokens
+  double staleness_mean = 0;  // learner version - sample version, over the samples
+  int64_t staleness_max = 0;
   double generate_s = 0, score_s = 0, train_s = 0, sync_s = 0, seconds = 0;
+  nlohmann::json sync_ranks;  // distributed: each sampler rank's report
   sync::SyncReport sync;
   nlohmann::json to_json() const;
 };
@@ -102,6 +112,26 @@ struct RlEvents {
   std::function<void(const sync::SyncReport&)> on_sync;  // every sync, including the first (version = resume step)
 };
 
+// A distributed runtime's half of a run (rl/distributed.h): the rollout, the
+// optimizer step and the sync go to other processes. Null: colocated.
+struct RlRemote {
+  // Called once the run is set up, before its first sync: hand the other
+  // processes what they need (settings, weights, the probe).
+  std::function<void(RlRun& run)> init;
+  // The samples of `reqs` (step `step`), generated on the sampler processes,
+  // or collected from an earlier prefetch of that step.
+  std::function<std::vector<GeneratedSample>(int64_t step, const std::vector<GenerationRequest>& reqs)> generate;
+  // Starts step `step`'s rollout under the weights the samplers hold now.
+  std::function<void(int64_t step, const std::vector<GenerationRequest>& reqs)> prefetch;
+  // One optimizer step, data-parallel over the learner processes.
+  std::function<StepResult(Learner& learner, const std::vector<Sequence>& batch, float temperature)> train;
+  // Version `version` to every sampler process, and their checks, merged;
+  // `ranks` gets each sampler rank's report.
+  std::function<sync::SyncReport(Learner& learner, const sync::SyncSettings& s, const sync::Probe& probe,
+                                 uint64_t version, nlohmann::json& ranks)>
+      sync;
+};
+
 class RlRun {
  public:
   static RlRun start(const std::string& model_dir, const RlConfig& cfg, const Exec& exec = {});
@@ -109,18 +139,27 @@ class RlRun {
   static RlRun start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
                      const Exec& exec = {});
   static RlRun resume(const std::string& state_dir, const Exec& exec = {});
+  // The learner rank 0 of a distributed run: the same run, with `remote`
+  // doing the rollout, the optimizer step and the sync (no local engine).
+  static RlRun start_remote(const std::string& model_dir, const RlConfig& cfg, std::shared_ptr<RlRemote> remote,
+                            const Exec& exec = {});
+  static RlRun resume_remote(const std::string& state_dir, std::shared_ptr<RlRemote> remote, const Exec& exec = {});
   // Runs the remaining steps; evaluates (greedy, through the sampler) before
   // the first step and at the end; saves out_dir/step-NNNNNN every save_every
   // steps and out_dir/final. Returns the evaluations, first to last.
   std::vector<EvalResult> run(const std::string& out_dir, const RlEvents& events = {});
   // One step (for tests); throws mxrl::Error on a failed check under --checks stop.
   RlStepStats step_once(const RlEvents& events = {});
-  void save(const std::string& dir) const;
+  void save(const std::string& dir);  // (collects a rollout generated ahead, off-policy)
 
   const RlConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   Learner& learner() { return *learner_; }
-  Engine& engine() { return *engine_; }
+  Engine& engine() { return *engine_; }  // colocated only
+  bool colocated() const { return engine_ != nullptr; }
+  const PrecisionPlan& sampler_plan() const { return *sync_.sampler_plan; }
+  const sync::Probe& probe() const { return probe_; }
+  const sync::SyncSettings& sync_settings() const { return sync_; }
   const tasks::Task& task() const { return *task_; }
   const sync::SyncReport& last_sync() const { return last_sync_; }
   EvalResult evaluate_now();
@@ -129,9 +168,15 @@ class RlRun {
   RlRun() = default;
   void init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
             const Exec& exec);
-  void sync_to_sampler(const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const RlEvents& ev);
-  // Submits the P x G requests of step t to the sampler; returns the problems.
-  std::vector<tasks::Problem> submit_rollout(int64_t t, std::vector<std::vector<int32_t>>& prompts);
+  static RlRun resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote> remote, const Exec& exec);
+  void sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks = nullptr);
+  // The P x G requests of step t, and their problems.
+  std::vector<GenerationRequest> make_requests(int64_t t, std::vector<tasks::Problem>* problems = nullptr) const;
+  // Submits the requests of step t to the local sampler.
+  void submit_rollout(int64_t t);
+  // Step t's samples: generated now, or prefetched (off-policy) under an older version.
+  std::vector<GeneratedSample> rollout(int64_t t);
+  void prefetch(int64_t t);
 
   RlConfig cfg_;
   std::unique_ptr<tasks::Task> task_;
@@ -145,6 +190,11 @@ class RlRun {
   FaultPlan faults_;
   int64_t presubmitted_ = -1;               // sync-mid-generation: the step whose rollout already started
   std::vector<GeneratedSample> early_;      // ... and its samples that finished before the sync
+  int64_t prefetched_step_ = -1;            // off-policy: the step whose rollout was generated early
+  std::vector<GeneratedSample> prefetched_; // ... its samples (colocated)
+  std::vector<GeneratedSample> last_rollout_;  // the sampler's last rollout (the atomicity check's input)
+  uint64_t last_rollout_version_ = 0;          // ... and the version it was meant for
+  std::shared_ptr<RlRemote> remote_;
   Exec exec_;
 };
 

@@ -1,0 +1,67 @@
+// The distributed runtime: GRPO with the learner and the sampler as separate
+// processes, over MPI (`mpirun -np N mxrl rl ... --learners L --samplers S`,
+// N = L + S).
+//
+//   world rank 0            learner rank 0, the coordinator: runs the RL loop
+//                           (rl/grpo.h) with an RlRemote from here
+//   world ranks 1 .. L-1    data-parallel learners
+//   world ranks L .. N-1    samplers, each with its own engine
+//
+// A step: rank 0 sends the step's requests to every sampler (sampler i of S
+// takes prompts [i*P/S, (i+1)*P/S)), gathers their samples (with log-probs,
+// logits rows and versions), scores and weights them, and for each optimizer
+// update sends the mini-batch to the learners; each computes the gradient
+// subtrees it owns (learner/learner.h GradTree), rank 0 sums the roots in the
+// fixed order and broadcasts the gradient, and every learner applies AdamW
+// (so the masters stay identical; checked at the end by digest). The new
+// version's bundle then goes to every sampler in chunks (sync/transport.h)
+// through a staging buffer, followed by what the checks need (the expected
+// manifest; the probe's reference logits when agreement is due); each
+// sampler applies it and runs the seven checks against its own engine, and
+// rank 0 gathers the reports (the metrics keep each rank's).
+//
+// Off-policy 1: step t+1's requests go out before the learners train step t;
+// the samplers generate under version t meanwhile.
+//
+// Stopping: rank 0 ends the job with a Stop to every rank (after draining a
+// rollout in flight), also when a check fails under --checks stop, and then
+// reports the error. An error on another rank is printed with its rank and
+// aborts the job (MPI_Abort).
+#pragma once
+#include <memory>
+
+#include "rl/grpo.h"
+#include "sync/mpi_channel.h"
+#include "util/exec.h"
+
+namespace mxrl::rl {
+
+class Cluster {
+ public:
+  // Checks the world's size against L + S (one line naming both otherwise).
+  Cluster(int learners, int samplers);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  bool coordinator() const { return world_rank_ == 0; }
+  int world_rank() const { return world_rank_; }
+  const char* role() const;  // "learner" or "sampler"
+
+  // Rank 0: the remote half of the run, for RlRun::start_remote / resume_remote.
+  std::shared_ptr<RlRemote> remote(const Exec& exec);
+  // Rank 0: stops every other rank (draining a rollout in flight) and
+  // compares the learners' weights with its own (throws if they differ).
+  // `clean`: false after an error in the middle of an exchange (aborts then).
+  void stop(bool clean = true);
+  // Other ranks: serve rank 0 until it stops the job.
+  void serve(const Exec& exec);
+
+  struct State;
+
+ private:
+  int learners_, samplers_, world_rank_ = 0;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace mxrl::rl
