@@ -2,12 +2,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
 #include "cli/progress.h"
 #include "cli/rl_cli.h"
 #include "cli/sft_cli.h"
+#include "rl/distributed.h"
 #include "util/error.h"
 #include "util/metrics.h"
 #include "util/thread_pool.h"
@@ -62,6 +64,12 @@ void add_rl_options(CLI::App* c, RlCliArgs& a) {
   c->add_option("--agreement-max-abs-dlogp", s.agreement_max_abs_dlogp, "Agreement bound when the plans differ: max |dlogp|")->capture_default_str();
   c->add_option("--probe-prompts", s.probe_prompts, "Held-out prompts (with answers) in the agreement probe")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--off-policy", s.off_policy,
+                "0: on-policy; 1: the samplers generate step t+1 under version t while the learner trains step t "
+                "(staleness beyond it is refused)")
+      ->check(CLI::Range(0, 1))->capture_default_str();
+  c->add_option("--sync-chunk-bytes", s.sync_chunk_bytes, "Payload bytes per chunk of a weight sync on the wire")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--eval-every", s.eval_every, "Steps between held-out greedy evaluations (0: before and after only)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--eval-problems", s.eval_problems, "Held-out problems per evaluation")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -75,7 +83,8 @@ const std::vector<const char*>& rl_option_names() {
                                   "--clip-high", "--loss-agg", "--rollout-correction", "--correction-cap",
                                   "--updates-per-batch", "--sampler-plan", "--sync", "--checks", "--agreement-every",
                                   "--agreement-max-kl", "--agreement-max-abs-dlogp", "--probe-prompts", "--eval-every",
-                                  "--eval-problems", "--save-every", "--config", "--inject"};
+                                  "--eval-problems", "--save-every", "--config", "--inject", "--off-policy",
+                                  "--sync-chunk-bytes"};
     v.insert(v.end(), learner_option_names().begin(), learner_option_names().end());
     return v;
   }();
@@ -130,10 +139,11 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
     fmt::print(stderr, "saved {}\n", dir);
   };
   fmt::print(stderr,
-             "rl: task {}, recipe {}, sampler {} fed by {}{}, {} steps x {} prompts x {} samples, checks {}, from step {}\n",
+             "rl: task {}, recipe {}, sampler {} fed by {}{}, {} steps x {} prompts x {} samples, checks {}, {}from step {}\n",
              run.task().name(), run.learner().plan().name, run.sampler_plan().name, sync::sync_mode_name(cfg.sync),
              run.last_sync().checks.empty() ? "" : (run.last_sync().passed() ? " (first sync: all checks pass)" : " (first sync: CHECKS FAILED)"),
-             cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, sync::check_mode_name(cfg.checks), first);
+             cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, sync::check_mode_name(cfg.checks),
+             run.colocated() ? "" : fmt::format("{} learner + {} sampler processes, ", a.learners, a.samplers), first);
   metrics.write(nlohmann::json{{"step", first}, {"sync", run.last_sync().to_json()}});
   RlCliResult res;
   res.evals = run.run(a.out, ev);
@@ -151,6 +161,28 @@ namespace {
 struct RlCmdArgs : RlCliArgs {
   std::string model, data, resume, config;
 };
+}  // namespace
+
+namespace {
+
+// mpirun -np L+S mxrl rl ... --learners L --samplers S: rank 0 runs the loop
+// below with the cluster doing rollout, training and sync; the others serve.
+void run_distributed(RlCmdArgs& a, CLI::App* c, const Exec& exec) {
+  mpi::Session session(nullptr, nullptr);
+  rl::Cluster cluster(a.learners, a.samplers);
+  if (!cluster.coordinator()) return cluster.serve(exec);
+  std::optional<rl::RlRun> run;  // outlives stop(), which compares the learners' weights with its own
+  try {
+    auto remote = cluster.remote(exec);
+    run.emplace(a.resume.empty() ? rl::RlRun::start_remote(a.model, a.cfg, remote, exec)
+                                 : rl::RlRun::resume_remote(a.resume, remote, exec));
+    run_rl_cli(a, *run);
+  } catch (const Error&) {
+    cluster.stop(run.has_value());  // every other rank ends cleanly (or the job is aborted mid-exchange); then the error
+    throw;
+  }
+  cluster.stop();
+}
 
 void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   if (!a.config.empty()) apply_config_file(c, a.config);
@@ -158,9 +190,14 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
+  const bool distributed = a.learners > 0 || a.samplers > 0;
+  if (distributed && (a.learners < 1 || a.samplers < 1))
+    fail("a distributed run needs both --learners L and --samplers S (each at least 1), got {} and {}", a.learners,
+         a.samplers);
   if (!a.resume.empty()) {
     for (const char* opt : rl_option_names())
       if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
+    if (distributed) return run_distributed(a, c, exec);
     rl::RlRun run = rl::RlRun::resume(a.resume, exec);
     run_rl_cli(a, run);
     return;
@@ -171,6 +208,7 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
     a.cfg.task = "jsonl:" + a.data;
   }
   apply_rl_options(a);
+  if (distributed) return run_distributed(a, c, exec);
   rl::RlRun run = rl::RlRun::start(a.model, a.cfg, exec);
   run_rl_cli(a, run);
 }
@@ -189,6 +227,11 @@ void add_rl_command(CLI::App& app) {
   c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps (0: only final)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step, sync and evaluation");
+  c->add_option("--learners", a->learners,
+                "Distributed (under mpirun): data-parallel learner processes; world ranks 0..L-1 (0 coordinates)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--samplers", a->samplers, "Distributed (under mpirun): sampler processes, world ranks L..L+S-1")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
       ->check(CLI::PositiveNumber)->capture_default_str();
   add_rl_options(c, *a);

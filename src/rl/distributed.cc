@@ -33,7 +33,7 @@ std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes
 std::string as_string(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
 uint64_t weights_digest(const ParamTable& p) {
-  const auto s = p.storage();
+  const std::vector<float>& s = p.storage();
   return XXH3_64bits(s.data(), s.size() * sizeof(float));
 }
 
@@ -146,6 +146,8 @@ struct Cluster::State {
   std::shared_ptr<sync::ChunkSender> sender;
   bool samplers_ready = false;
   int64_t pending_step = -1;  // a rollout in flight (sent, not yet gathered)
+  int64_t gathered_step = -1; // a rollout gathered early (before a sync), not yet handed out
+  std::vector<GeneratedSample> gathered;
   bool busy = false;          // in the middle of an exchange
   Learner* learner = nullptr;
 
@@ -170,7 +172,20 @@ struct Cluster::State {
     pending_step = step;
   }
 
+  // Gathers a rollout in flight now: a sampler must finish it (and send it)
+  // before it can take a sync.
+  void gather_pending() {
+    if (pending_step < 0) return;
+    gathered = gather_samples(pending_step);
+    gathered_step = pending_step;
+    pending_step = -1;
+  }
+
   std::vector<GeneratedSample> collect(int64_t step, const std::vector<GenerationRequest>& reqs) {
+    if (gathered_step == step) {
+      gathered_step = -1;
+      return std::move(gathered);
+    }
     busy = true;
     if (pending_step < 0) send_generate(step, reqs);
     if (pending_step != step) fail("distributed: step {}'s rollout is in flight, not step {}'s", pending_step, step);
@@ -193,6 +208,7 @@ struct Cluster::State {
   sync::SyncReport sync(Learner& learner, const sync::SyncSettings& s, const sync::Probe& probe, uint64_t v,
                         json& ranks, const Exec& exec) {
     busy = true;
+    gather_pending();
     if (!samplers_ready) init_samplers(s, probe);
     const PrecisionPlan& plan = *s.sampler_plan;
     auto t0 = Clock::now();
@@ -323,8 +339,7 @@ std::shared_ptr<RlRemote> Cluster::remote(const Exec& exec) {
     w.put<uint8_t>(kInit);
     w.put_str(st->cfg_json.dump());
     w.put_str(run.learner().params().config().to_json().dump());
-    const auto p = run.learner().params().storage();
-    w.put_vec(std::span<const float>(p.data(), p.size()));
+    w.put_vec(run.learner().params().storage());
     w.put_vec(run.learner().optimizer().m());
     w.put_vec(run.learner().optimizer().v());
     w.put<int64_t>(run.learner().optimizer().step());
@@ -340,17 +355,14 @@ std::shared_ptr<RlRemote> Cluster::remote(const Exec& exec) {
   return r;
 }
 
-void Cluster::stop(bool clean) {
+void Cluster::stop(bool compare_weights) {
   State& st = *st_;
-  if (!clean || st.busy) die("rank 0", "stopped in the middle of an exchange; aborting every rank");
-  if (st.pending_step >= 0) {  // drain the rollout in flight: the samplers are sending it
-    st.gather_samples(st.pending_step);
-    st.pending_step = -1;
-  }
-  const std::vector<std::byte> stop{std::byte{kStop}};
-  st.samplers.bcast(stop, 0);
-  st.learners.bcast(stop, 0);
-  if (!st.learner) return;
+  if (st.busy) die("rank 0", "stopped in the middle of an exchange; aborting every rank");
+  st.gather_pending();  // drain a rollout in flight: the samplers are sending it
+  compare_weights = compare_weights && st.learner && st.L > 1;
+  st.samplers.bcast(std::vector<std::byte>{std::byte{kStop}}, 0);
+  st.learners.bcast(std::vector<std::byte>{std::byte{kStop}, std::byte{compare_weights ? uint8_t{1} : uint8_t{0}}}, 0);
+  if (!compare_weights) return;
   const uint64_t mine = weights_digest(st.learner->params());
   for (int i = 1; i < st.L; ++i) {
     const std::vector<std::byte> b = st.learners.recv(i, kDigest);
@@ -370,9 +382,11 @@ void serve_learner(mpi::Comm& comm, const Exec& exec) {
     ByteReader r(msg, fmt::format("command to learner rank {}", comm.rank()));
     const uint8_t cmd = r.get<uint8_t>();
     if (cmd == kStop) {
+      if (r.get<uint8_t>() == 0) return;
+      if (!learner) fail("asked for its weights before any were sent");
       ByteWriter w;
-      w.put<uint64_t>(learner ? weights_digest(learner->params()) : 0);
-      if (learner) comm.send(w.bytes(), 0, kDigest);
+      w.put<uint64_t>(weights_digest(learner->params()));
+      comm.send(w.bytes(), 0, kDigest);
       return;
     }
     if (cmd == kInit) {
@@ -380,7 +394,7 @@ void serve_learner(mpi::Comm& comm, const Exec& exec) {
       const ModelConfig mc = ModelConfig::from_json(json::parse(r.get_str()), "init: model config");
       ParamTable params(mc);
       const std::vector<float> p = r.get_vec<float>();
-      auto s = params.storage();
+      std::vector<float>& s = params.storage();
       if (p.size() != s.size()) fail("init: {} weights for a model of {}", p.size(), s.size());
       std::copy(p.begin(), p.end(), s.begin());
       learner = std::make_unique<Learner>(std::move(params), cfg.learner, exec);
@@ -461,7 +475,7 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
     const uint64_t v = r.get<uint64_t>();
     const uint64_t n = r.get<uint64_t>();
     r.expect_done();
-    sync::Staging staging(v, "sync");
+    sync::Staging staging(v, "transfer");
     std::string refused;
     for (uint64_t i = 0; i < n; ++i) {
       const std::vector<std::byte> chunk = comm.bcast({}, 0);

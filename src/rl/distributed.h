@@ -21,7 +21,9 @@
 // rank 0 gathers the reports (the metrics keep each rank's).
 //
 // Off-policy 1: step t+1's requests go out before the learners train step t;
-// the samplers generate under version t meanwhile.
+// the samplers generate under version t meanwhile, and rank 0 gathers those
+// samples just before the sync of version t+1 (a sampler finishes a rollout
+// before it takes a sync).
 //
 // Stopping: rank 0 ends the job with a Stop to every rank (after draining a
 // rollout in flight), also when a check fails under --checks stop, and then
@@ -50,10 +52,11 @@ class Cluster {
 
   // Rank 0: the remote half of the run, for RlRun::start_remote / resume_remote.
   std::shared_ptr<RlRemote> remote(const Exec& exec);
-  // Rank 0: stops every other rank (draining a rollout in flight) and
-  // compares the learners' weights with its own (throws if they differ).
-  // `clean`: false after an error in the middle of an exchange (aborts then).
-  void stop(bool clean = true);
+  // Rank 0: stops every other rank (draining a rollout in flight) and, with
+  // `compare_weights` (the run is still alive), compares the learners'
+  // weights with its own (throws if they differ). In the middle of an
+  // exchange (an error there) it aborts the job instead.
+  void stop(bool compare_weights = true);
   // Other ranks: serve rank 0 until it stops the job.
   void serve(const Exec& exec);
 

@@ -53,7 +53,7 @@ class ChunkSender {
 // The receiver's staging buffer for one version.
 class Staging {
  public:
-  explicit Staging(uint64_t version, std::string label = "sync");
+  explicit Staging(uint64_t version, std::string label = "transfer");
   // Takes the next chunk in order. Throws one line naming the chunk on a
   // short header, a bad magic, another version (an old version's chunk), an
   // index out of order, a count, total or offset that disagrees with the
