@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(cmake g++ make clang libclang-rt-14-dev libgtest-dev libbenchmark-dev
       nlohmann-json3-dev libxxhash-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev
-      libtomlplusplus-dev libdnnl-dev ocl-icd-opencl-dev python3-matplotlib)
+      libtomlplusplus-dev libdnnl-dev ocl-icd-opencl-dev python3-matplotlib libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
