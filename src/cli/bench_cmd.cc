@@ -120,6 +120,7 @@ void add_bench_commands(CLI::App& app) {
   add_bench_forward(bench);
   add_bench_decode(bench);
   add_bench_train(bench);
+  add_bench_sync(bench);
 }
 
 }  // namespace mxrl::cli

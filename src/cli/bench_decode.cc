@@ -45,24 +45,10 @@
 
 namespace mxrl::cli {
 
-namespace {
-struct DecodeArgs {
-  std::string shape = "tiny-dense";
-  std::vector<std::string> plans = {"bf16", "mxfp8"};
-  std::vector<int64_t> batches = {1, 32};
-  int64_t prompt_len = 128, steps = 32, prefill_reps = 3;
-  int threads = 0;
-  std::string kernels = "auto";
-  bool json = false;
-};
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 // A cheap deterministic stand-in for init_params (normal draws are slow at
 // 0.6B): uniform values of the same standard deviation, from a hash of the
 // storage index; norm weights 1, output projections scaled as init_params does.
-void fill_params(ParamTable& params, ThreadPool& pool, float std = 0.02f) {
+void fill_params(ParamTable& params, ThreadPool& pool, float std) {
   const float out_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(params.config().num_hidden_layers));
   for (size_t i = 0; i < params.entries().size(); ++i) {
     const ParamInfo& p = params.entries()[i];
@@ -82,6 +68,20 @@ void fill_params(ParamTable& params, ThreadPool& pool, float std = 0.02f) {
     }, 1 << 16);
   }
 }
+
+namespace {
+struct DecodeArgs {
+  std::string shape = "tiny-dense";
+  std::vector<std::string> plans = {"bf16", "mxfp8"};
+  std::vector<int64_t> batches = {1, 32};
+  int64_t prompt_len = 128, steps = 32, prefill_reps = 3;
+  int threads = 0;
+  std::string kernels = "auto";
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Packed weight bytes of every linear, and those one decode step of `batch`
 // tokens reads (MoE experts: the expected number of distinct experts).

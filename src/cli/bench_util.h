@@ -6,6 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "model/params.h"
+#include "util/thread_pool.h"
+
 namespace mxrl::cli {
 
 // The median of t (the upper one of an even count).
@@ -29,5 +32,8 @@ inline double time_median(const std::function<void()>& fn, double min_time) {
   }
   return median(std::move(t));
 }
+
+// A cheap deterministic stand-in for init_params at 0.6B (bench_decode.cc).
+void fill_params(ParamTable& params, ThreadPool& pool, float std = 0.02f);
 
 }  // namespace mxrl::cli

@@ -17,6 +17,7 @@ void add_generate_command(CLI::App& app);   // generate
 void add_sft_command(CLI::App& app);        // sft
 void add_rl_command(CLI::App& app);         // rl: GRPO with checked weight syncs
 void add_bench_train(CLI::App* bench);      // bench train (bench_train.cc)
+void add_bench_sync(CLI::App* bench);       // bench sync (bench_sync.cc; under mpirun -np 2)
 void add_sync_command(CLI::App& app);       // sync export, sync inspect
 void add_faults_command(CLI::App& app);     // faults: the sync fault matrix
 void add_report_commands(CLI::App& app);    // report, experiment: the paper's claims measured here

@@ -213,15 +213,15 @@ struct Cluster::State {
     const PrecisionPlan& plan = *s.sampler_plan;
     auto t0 = Clock::now();
     const std::vector<std::byte> bytes = sync::build_bundle_bytes(learner.model(), learner.params(), plan, v, s, exec);
-    const double build = since(t0);
-    const std::vector<sync::Chunk> chunks = sender->send(bytes, v, s.faults);
+    const std::vector<sync::ChunkFrame> frames = sender->frames(bytes, v, s.faults);
+    const double build = since(t0);  // the bundle and its chunk headers
     ByteWriter w;
     w.put<uint8_t>(kSync);
     w.put<uint64_t>(v);
-    w.put<uint64_t>(chunks.size());
+    w.put<uint64_t>(frames.size());
     samplers.bcast(w.bytes(), 0);
     t0 = Clock::now();
-    for (const sync::Chunk& c : chunks) samplers.bcast(c, 0);
+    mpi::bcast_chunks(samplers, 0, frames);
     const double transfer = since(t0);
     double reference_s = 0;
     if (s.checks != sync::CheckMode::Off) {
@@ -476,22 +476,14 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
     const uint64_t n = r.get<uint64_t>();
     r.expect_done();
     sync::Staging staging(v, "transfer");
-    std::string refused;
-    for (uint64_t i = 0; i < n; ++i) {
-      const std::vector<std::byte> chunk = comm.bcast({}, 0);
+    std::string refused = mpi::bcast_chunks(comm, 0, n, staging, [&](uint64_t i) {
       if (i == n / 2 && world_rank == first_sampler_world_rank && faults.active(Fault::SamplerKilled, v)) {
         std::fprintf(stderr, "mxrl rl: %s: killed half way through the bundle of version %llu (fault sampler-killed)\n",
                      who.c_str(), static_cast<unsigned long long>(v));
         std::fflush(stderr);
         std::raise(SIGKILL);
       }
-      if (!refused.empty()) continue;
-      try {
-        staging.accept(chunk);
-      } catch (const Error& e) {
-        refused = e.what();
-      }
-    }
+    });
     std::vector<std::byte> bytes;
     if (refused.empty()) {
       try {

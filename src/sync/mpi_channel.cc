@@ -1,6 +1,8 @@
 #include "sync/mpi_channel.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <chrono>
 #include <climits>
 
@@ -90,6 +92,55 @@ void Comm::bcast_floats(std::vector<float>& v, int root) const {
 }
 
 void Comm::barrier() const { check(MPI_Barrier(comm_), "barrier"); }
+
+void bcast_chunks(const Comm& c, int root, const std::vector<sync::ChunkFrame>& frames) {
+  std::array<std::byte, 8 + sync::kChunkHeaderBytes> frame;
+  for (const sync::ChunkFrame& f : frames) {
+    const uint64_t n = f.payload.size();
+    std::memcpy(frame.data(), &n, 8);
+    std::memcpy(frame.data() + 8, f.header.data(), sync::kChunkHeaderBytes);
+    check(MPI_Bcast(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, root, c.get()), "bcast (chunk frame)");
+    if (n) check(MPI_Bcast(const_cast<std::byte*>(f.payload.data()), static_cast<int>(n), MPI_BYTE, root, c.get()),
+                 "bcast (chunk payload)");
+  }
+}
+
+std::string bcast_chunks(const Comm& c, int root, uint64_t count, sync::Staging& staging,
+                         const std::function<void(uint64_t)>& before) {
+  std::array<std::byte, 8 + sync::kChunkHeaderBytes> frame;
+  std::vector<std::byte> scratch;
+  std::string refused;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (before) before(i);
+    check(MPI_Bcast(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, root, c.get()), "bcast (chunk frame)");
+    uint64_t n = 0;
+    std::memcpy(&n, frame.data(), 8);
+    if (n > (uint64_t{1} << 30)) fail("chunk {}: a payload of {} bytes is beyond any chunk", i, n);
+    std::span<std::byte> slot;
+    bool in_place = false;
+    if (refused.empty()) {
+      try {
+        slot = staging.begin_chunk(std::span<const std::byte>(frame).subspan(8), n);
+        in_place = true;
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    }
+    if (!in_place) {
+      scratch.resize(n);
+      slot = scratch;
+    }
+    if (n) check(MPI_Bcast(slot.data(), static_cast<int>(n), MPI_BYTE, root, c.get()), "bcast (chunk payload)");
+    if (in_place) {
+      try {
+        staging.end_chunk();
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    }
+  }
+  return refused;
+}
 
 double p2p_bandwidth(const Comm& c, int a, int b, size_t bytes, int reps) {
   std::vector<std::byte> buf(bytes);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +54,16 @@ class Comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 0;
 };
+
+// The chunked channel as a broadcast from `root` (sync/transport.h): per
+// chunk, a 72-byte frame [payload bytes u64][header], then the payload,
+// which receivers write straight into their staging buffer. The root sends
+// `frames`; the others receive `count` chunks into `staging`, and return the
+// first refusal ("" if none; after one, the rest are received and dropped,
+// so every rank stays in step). `before(i)` runs before chunk i arrives.
+void bcast_chunks(const Comm& c, int root, const std::vector<sync::ChunkFrame>& frames);
+std::string bcast_chunks(const Comm& c, int root, uint64_t count, sync::Staging& staging,
+                         const std::function<void(uint64_t)>& before = {});
 
 // Throws mxrl::Error naming `what` when an MPI call fails.
 void check(int rc, const char* what);

@@ -47,91 +47,148 @@ Header read_header(const std::byte* in) {
 }
 }  // namespace
 
-std::vector<Chunk> make_chunks(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes) {
-  if (chunk_bytes == 0) fail("sync: chunk size must be positive");
-  const size_t n = std::max<size_t>(1, (bundle.size() + chunk_bytes - 1) / chunk_bytes);
+namespace {
+ChunkFrame frame_of(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes, size_t i, size_t n) {
+  Header h;
+  h.version = version;
+  h.index = static_cast<uint32_t>(i);
+  h.count = static_cast<uint32_t>(n);
+  h.total = bundle.size();
+  h.offset = i * chunk_bytes;
+  h.length = std::min(chunk_bytes, bundle.size() - h.offset);
+  ChunkFrame f;
+  write_header(f.header.data(), h);
+  f.payload = bundle.subspan(h.offset, h.length);
+  h.digest = chunk_digest(f.header.data(), f.payload.data(), f.payload.size());
+  std::memcpy(f.header.data() + 56, &h.digest, 8);
+  return f;
+}
+
+size_t chunk_count(size_t bytes, size_t chunk_bytes) {
+  if (chunk_bytes == 0 || chunk_bytes > (size_t{1} << 30)) fail("sync: chunk size must be in 1 .. 1 GiB, got {}", chunk_bytes);
+  const size_t n = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
   if (n > UINT32_MAX) fail("sync: {} chunks of {} bytes is too many", n, chunk_bytes);
-  std::vector<Chunk> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    Header h;
-    h.version = version;
-    h.index = static_cast<uint32_t>(i);
-    h.count = static_cast<uint32_t>(n);
-    h.total = bundle.size();
-    h.offset = i * chunk_bytes;
-    h.length = std::min(chunk_bytes, bundle.size() - h.offset);
-    Chunk& c = out[i];
-    c.resize(kChunkHeaderBytes + h.length);
-    write_header(c.data(), h);
-    if (h.length) std::memcpy(c.data() + kChunkHeaderBytes, bundle.data() + h.offset, h.length);
-    h.digest = chunk_digest(c.data(), c.data() + kChunkHeaderBytes, h.length);
-    std::memcpy(c.data() + 56, &h.digest, 8);
+  return n;
+}
+
+Chunk join(const ChunkFrame& f) {
+  Chunk c(kChunkHeaderBytes + f.payload.size());
+  std::memcpy(c.data(), f.header.data(), kChunkHeaderBytes);
+  if (!f.payload.empty()) std::memcpy(c.data() + kChunkHeaderBytes, f.payload.data(), f.payload.size());
+  return c;
+}
+}  // namespace
+
+std::vector<Chunk> make_chunks(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes) {
+  const size_t n = chunk_count(bundle.size(), chunk_bytes);
+  std::vector<Chunk> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(join(frame_of(bundle, version, chunk_bytes, i, n)));
+  return out;
+}
+
+ChunkSender::ChunkSender(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) { chunk_count(0, chunk_bytes); }
+
+std::vector<ChunkFrame> ChunkSender::frames(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults) {
+  const size_t n = chunk_count(bundle.size(), chunk_bytes_);
+  std::vector<ChunkFrame> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(frame_of(bundle, version, chunk_bytes_, i, n));
+  const size_t k = n / 2;
+  ChunkFrame& f = out[k];
+  if (faults.active(Fault::ChunkCorrupt, version)) {
+    if (f.payload.empty()) fail("fault chunk-corrupt: chunk {} has no payload", k);
+    edited_.assign(f.payload.begin(), f.payload.end());
+    edited_[edited_.size() / 2] ^= std::byte{0x10};
+    f.payload = edited_;
+  }
+  if (faults.active(Fault::ChunkTruncate, version)) f.payload = f.payload.first(f.payload.size() / 2);
+  if (faults.active(Fault::ChunkStale, version)) {
+    if (!have_previous_) fail("fault chunk-stale: no previous version was sent");
+    const size_t pn = chunk_count(previous_.size(), chunk_bytes_);
+    f = frame_of(previous_, previous_version_, chunk_bytes_, std::min(k, pn - 1), pn);
+  }
+  if (faults.injected(Fault::ChunkStale) && !faults.active(Fault::ChunkStale, version)) {
+    previous_.assign(bundle.begin(), bundle.end());  // what the fault will resend from
+    previous_version_ = version;
+    have_previous_ = true;
   }
   return out;
 }
 
-ChunkSender::ChunkSender(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {
-  if (chunk_bytes == 0) fail("sync: chunk size must be positive");
-}
-
 std::vector<Chunk> ChunkSender::send(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults) {
-  std::vector<Chunk> chunks = make_chunks(bundle, version, chunk_bytes_);
-  std::vector<Chunk> sent = chunks;
-  const size_t k = sent.size() / 2;
-  Chunk& c = sent[k];
-  const size_t payload = c.size() - kChunkHeaderBytes;
-  if (faults.active(Fault::ChunkCorrupt, version)) {
-    if (payload == 0) fail("fault chunk-corrupt: chunk {} has no payload", k);
-    c[kChunkHeaderBytes + payload / 2] ^= std::byte{0x10};
-  }
-  if (faults.active(Fault::ChunkTruncate, version)) c.resize(kChunkHeaderBytes + payload / 2);
-  if (faults.active(Fault::ChunkStale, version)) {
-    if (previous_.empty()) fail("fault chunk-stale: no previous version was sent");
-    c = previous_[std::min(k, previous_.size() - 1)];
-  }
-  previous_ = std::move(chunks);
-  return sent;
+  std::vector<Chunk> out;
+  for (const ChunkFrame& f : frames(bundle, version, faults)) out.push_back(join(f));
+  return out;
 }
 
 Staging::Staging(uint64_t version, std::string label) : version_(version), label_(std::move(label)) {}
 
 void Staging::accept(std::span<const std::byte> chunk) {
-  const uint32_t at = next_;
   if (chunk.size() < kChunkHeaderBytes)
-    fail("{}: version {} chunk {}: {} bytes, shorter than the {}-byte header", label_, version_, at, chunk.size(),
+    fail("{}: version {} chunk {}: {} bytes, shorter than the {}-byte header", label_, version_, next_, chunk.size(),
          kChunkHeaderBytes);
-  if (std::memcmp(chunk.data(), kMagic, 8) != 0) fail("{}: version {} chunk {}: not a bundle chunk (bad magic)", label_, version_, at);
-  const Header h = read_header(chunk.data());
+  const std::span<std::byte> slot = begin_chunk(chunk.first(kChunkHeaderBytes), chunk.size() - kChunkHeaderBytes);
+  if (!slot.empty()) std::memcpy(slot.data(), chunk.data() + kChunkHeaderBytes, slot.size());
+  end_chunk();
+}
+
+std::span<std::byte> Staging::begin_chunk(std::span<const std::byte> header, size_t wire_bytes) {
+  const uint32_t at = next_;
+  if (header.size() != kChunkHeaderBytes) fail("{}: version {} chunk {}: a {}-byte header", label_, version_, at, header.size());
+  if (std::memcmp(header.data(), kMagic, 8) != 0) fail("{}: version {} chunk {}: not a bundle chunk (bad magic)", label_, version_, at);
+  const Header h = read_header(header.data());
   if (h.version != version_)
     fail("{}: chunk {} is of version {}, expected version {} (a stale chunk)", label_, h.index, h.version, version_);
   if (h.index != at) fail("{}: version {}: chunk {} arrived where chunk {} was due", label_, version_, h.index, at);
   if (at == 0) {
     if (h.count == 0) fail("{}: version {}: chunk count 0", label_, version_);
-    count_ = h.count, total_ = h.total;
-    buf_.clear();
-    buf_.reserve(total_);
+    if (h.total > (uint64_t{1} << 40)) fail("{}: version {}: {} bytes is beyond any bundle", label_, version_, h.total);
+    if (h.count > h.total + 1) fail("{}: version {}: {} chunks for {} bytes", label_, version_, h.count, h.total);
+    count_ = h.count, total_ = h.total, filled_ = 0, verified_ = 0;
+    buf_.assign(total_, std::byte{0});
+    checks_.assign(count_, Check{});
   } else if (h.count != count_ || h.total != total_) {
     fail("{}: version {} chunk {}: says {} chunks / {} bytes, chunk 0 said {} / {}", label_, version_, at, h.count, h.total,
          count_, total_);
   }
-  if (h.offset != buf_.size() || h.length > total_ - buf_.size())
+  if (h.offset != filled_ || h.length > total_ - filled_)
     fail("{}: version {} chunk {}: offset {} length {} does not continue the {} bytes staged (of {})", label_, version_, at,
-         h.offset, h.length, buf_.size(), total_);
-  const size_t payload = chunk.size() - kChunkHeaderBytes;
-  if (payload != h.length)
-    fail("{}: version {} chunk {}: truncated or padded: {} payload bytes, header says {}", label_, version_, at, payload,
-         h.length);
-  if (chunk_digest(chunk.data(), chunk.data() + kChunkHeaderBytes, payload) != h.digest)
-    fail("{}: version {} chunk {}: XXH3 does not match its bytes (corrupted in transit)", label_, version_, at);
-  buf_.insert(buf_.end(), chunk.begin() + kChunkHeaderBytes, chunk.end());
+         h.offset, h.length, filled_, total_);
+  if (wire_bytes != h.length)
+    fail("{}: version {} chunk {}: truncated or padded: {} payload bytes, header says {}", label_, version_, at,
+         wire_bytes, h.length);
+  Check& c = checks_[at];
+  std::memcpy(c.header.data(), header.data(), kChunkHeaderBytes);
+  c.offset = h.offset, c.length = h.length, c.digest = h.digest;
+  filled_ += h.length;
   ++next_;
+  return std::span<std::byte>(buf_).subspan(c.offset, c.length);
+}
+
+void Staging::verify(uint32_t i) const {
+  if (i >= next_) fail("{}: version {}: chunk {} not begun", label_, version_, i);
+  const Check& c = checks_[i];
+  if (chunk_digest(c.header.data(), buf_.data() + c.offset, c.length) != c.digest)
+    fail("{}: version {} chunk {}: XXH3 does not match its bytes (corrupted in transit)", label_, version_, i);
+}
+
+void Staging::done(uint32_t i) {
+  if (i != verified_) fail("{}: version {}: chunk {} verified out of order", label_, version_, i);
+  ++verified_;
+}
+
+void Staging::end_chunk() {
+  verify(verified_);
+  done(verified_);
 }
 
 std::vector<std::byte> Staging::take() {
   if (!complete())
     fail("{}: version {}: {} of {} chunks staged; the bundle is incomplete", label_, version_, next_, count_);
-  if (buf_.size() != total_) fail("{}: version {}: {} bytes staged, expected {}", label_, version_, buf_.size(), total_);
-  count_ = next_ = 0;
+  if (verified_ != count_) fail("{}: version {}: {} of {} chunks verified", label_, version_, verified_, count_);
+  if (filled_ != total_) fail("{}: version {}: {} bytes staged, expected {}", label_, version_, filled_, total_);
+  count_ = next_ = verified_ = 0;
+  filled_ = 0;
   return std::move(buf_);
 }
 

@@ -18,6 +18,7 @@
 // sends the previous version's chunk in its place. (sampler-killed is the
 // MPI receiver's: see rl/distributed.h.)
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -37,17 +38,30 @@ using Chunk = std::vector<std::byte>;
 // payload (at least one chunk, even for an empty bundle).
 std::vector<Chunk> make_chunks(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes);
 
-// The sender: cuts, keeps the chunks of the last version sent (what
-// chunk-stale resends), and applies the transport faults active at `version`.
+// A chunk as it goes on the wire: its header, and its payload as a view (of
+// the bundle itself, or of a copy a fault edited): no copy of the bundle.
+struct ChunkFrame {
+  std::array<std::byte, kChunkHeaderBytes> header;
+  std::span<const std::byte> payload;
+};
+
+// The sender: cuts, applies the transport faults active at `version`, and
+// (only while chunk-stale is injected) keeps the last bundle sent, whose
+// chunk that fault resends.
 class ChunkSender {
  public:
-  explicit ChunkSender(size_t chunk_bytes = kDefaultChunkBytes);
+  explicit ChunkSender(size_t chunk_bytes = kDefaultChunkBytes);  // at most 1 GiB
+  // Frames view `bundle`: valid while it lives and until the next call.
+  std::vector<ChunkFrame> frames(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults);
+  // The same, each frame joined into one buffer (the in-process channel).
   std::vector<Chunk> send(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults);
   size_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
   size_t chunk_bytes_;
-  std::vector<Chunk> previous_;
+  std::vector<std::byte> edited_, previous_;
+  uint64_t previous_version_ = 0;
+  bool have_previous_ = false;
 };
 
 // The receiver's staging buffer for one version.
@@ -59,6 +73,16 @@ class Staging {
   // index out of order, a count, total or offset that disagrees with the
   // chunks before, a payload cut short or too long, or an XXH3 mismatch.
   void accept(std::span<const std::byte> chunk);
+  // The same in parts, for a receiver that writes payloads in place:
+  // begin_chunk checks the header and the payload length that arrives
+  // (`wire_bytes`) and returns where the payload goes; verify(i) checks
+  // chunk i's XXH3 (const, so another thread could run it while the next
+  // chunk arrives) and done(i) records it; end_chunk() = verify + done of
+  // the oldest chunk begun. take() refuses a bundle with a chunk not verified.
+  std::span<std::byte> begin_chunk(std::span<const std::byte> header, size_t wire_bytes);
+  void verify(uint32_t i) const;
+  void done(uint32_t i);
+  void end_chunk();
   bool complete() const { return count_ > 0 && next_ == count_; }
   uint32_t chunks_expected() const { return count_; }  // 0 before the first chunk
   // The whole bundle; throws if chunks are missing.
@@ -68,8 +92,14 @@ class Staging {
   uint64_t version_;
   std::string label_;
   uint32_t count_ = 0, next_ = 0;
-  uint64_t total_ = 0;
+  uint64_t total_ = 0, filled_ = 0;
   std::vector<std::byte> buf_;
+  struct Check {
+    std::array<std::byte, kChunkHeaderBytes> header{};
+    uint64_t offset = 0, length = 0, digest = 0;
+  };
+  std::vector<Check> checks_;  // one per chunk, sized at chunk 0
+  uint32_t verified_ = 0;
 };
 
 // The in-process channel: send, then stage every chunk, then take.

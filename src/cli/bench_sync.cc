@@ -1,0 +1,155 @@
+// mxrl bench sync (under `mpirun -np 2`): bytes and time of a weight sync
+// over the MPI transport, beside the point-to-point bandwidth MPI reaches
+// between the same two ranks in the same run.
+//
+// For each model shape, rank 0 builds the ship bundle for an MXFP8 sampler
+// (E4M3 codes + E8M0 scales + the high-precision rest) and for a BF16
+// sampler (BF16 copies of every linear) from an MXFP8 learner, and sends
+// each to rank 1 through the chunked channel (sync/transport.h: chunks with
+// XXH3, verified into a staging buffer, the bundle taken whole), which
+// answers when it holds the verified bundle. Interleaved with every such
+// sync, the same number of bytes goes as one raw message (MPI's own best:
+// the baseline). Figures are medians; "x bw" is the sync's rate over the
+// raw rate.
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "model/init.h"
+#include "model/model.h"
+#include "sync/mpi_channel.h"
+#include "sync/sync.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::cli {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct SyncBenchArgs {
+  std::vector<std::string> shapes = {"tiny-dense", "tiny-moe", "qwen3-0.6b"};
+  int64_t chunk_bytes = 1 << 20;
+  int reps = 5;
+  int threads = 0;
+  bool json = false;
+};
+
+enum : int { kTagRaw = 71, kTagAck = 72 };
+
+void announce(const mpi::Comm& c, uint8_t kind, uint64_t version) {
+  std::vector<std::byte> plan(9);
+  plan[0] = std::byte{kind};
+  std::memcpy(plan.data() + 1, &version, 8);
+  c.bcast(plan, 0);
+}
+
+// Rank 0's side of one trial; returns seconds until rank 1's answer. The
+// sync goes exactly as the distributed runtime sends it (mpi::bcast_chunks).
+double send_sync(const mpi::Comm& c, const std::vector<sync::ChunkFrame>& frames, uint64_t version) {
+  announce(c, 1, version);
+  const auto t0 = Clock::now();
+  uint64_t n = frames.size();
+  mpi::check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
+  mpi::bcast_chunks(c, 0, frames);
+  (void)c.recv(1, kTagAck);
+  return since(t0);
+}
+
+double send_raw(const mpi::Comm& c, const std::vector<std::byte>& bytes) {
+  announce(c, 0, 0);
+  const auto t0 = Clock::now();
+  c.send(bytes, 1, kTagRaw);
+  (void)c.recv(1, kTagAck);
+  return since(t0);
+}
+
+// Rank 1: what rank 0 announces, until a zero-length plan.
+void serve(const mpi::Comm& c) {
+  const std::vector<std::byte> ack(1);
+  for (;;) {
+    const std::vector<std::byte> plan = c.bcast({}, 0);  // [kind u8][version u64]
+    if (plan.empty()) return;
+    uint64_t version = 0;
+    std::memcpy(&version, plan.data() + 1, 8);
+    if (plan[0] == std::byte{0}) {
+      (void)c.recv(0, kTagRaw);
+    } else {
+      uint64_t n = 0;
+      mpi::check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
+      sync::Staging st(version);
+      const std::string refused = mpi::bcast_chunks(c, 0, n, st);
+      if (!refused.empty()) fail("bench sync: {}", refused);
+      if (st.take().empty()) fail("bench sync: empty bundle");
+    }
+    c.send(ack, 0, kTagAck);
+  }
+}
+
+void bench_sync(const SyncBenchArgs& a) {
+  mpi::Session session(nullptr, nullptr);
+  if (session.size() != 2) fail("bench sync needs 2 MPI ranks (sender and receiver): mpirun -np 2 mxrl bench sync");
+  const mpi::Comm c(MPI_COMM_WORLD);
+  if (c.rank() == 1) return serve(c);
+  ThreadPool pool(a.threads);
+  const Exec exec{&pool};
+  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("{:<11} {:<7} {:>12} {:>9} {:>11} {:>11} {:>9} {:>7}\n", "model", "sampler", "bytes", "build ms",
+             "sync ms", "raw ms", "sync GB/s", "x bw");
+  uint64_t version = 1;
+  for (const std::string& shape : a.shapes) {
+    ParamTable params(shape_config(shape, vocab));
+    fill_params(params, pool);
+    const PrecisionPlan learner_plan = PrecisionPlan::resolve("mxfp8");
+    const Model learner(params, learner_plan, exec);
+    for (const char* sampler : {"mxfp8", "bf16"}) {
+      sync::SyncSettings s;
+      auto t0 = Clock::now();
+      const std::vector<std::byte> bundle =
+          sync::build_bundle_bytes(learner, params, PrecisionPlan::resolve(sampler), version, s, exec);
+      sync::ChunkSender sender(static_cast<size_t>(a.chunk_bytes));
+      const std::vector<sync::ChunkFrame> frames = sender.frames(bundle, version, {});
+      const double build = since(t0);  // the bundle and its chunk headers (with their XXH3)
+      std::vector<double> ts, tr;
+      for (int r = 0; r <= a.reps; ++r) {  // the first of each: warm-up
+        const double x = send_sync(c, frames, version);
+        const double y = send_raw(c, bundle);
+        if (r > 0) ts.push_back(x), tr.push_back(y);
+      }
+      const double sync_s = median(ts), raw_s = median(tr), gb = static_cast<double>(bundle.size()) / 1e9;
+      fmt::print("{:<11} {:<7} {:>12} {:>9.1f} {:>11.2f} {:>11.2f} {:>9.2f} {:>7.2f}\n", shape, sampler, bundle.size(),
+                 build * 1e3, sync_s * 1e3, raw_s * 1e3, gb / sync_s, raw_s / sync_s);
+      rows.push_back({{"model", shape}, {"sampler", sampler}, {"bytes", bundle.size()}, {"build_ms", build * 1e3},
+                      {"sync_ms", sync_s * 1e3}, {"raw_ms", raw_s * 1e3}, {"sync_gbps", gb / sync_s},
+                      {"raw_gbps", gb / raw_s}, {"x_bandwidth", raw_s / sync_s}, {"reps", a.reps},
+                      {"chunk_bytes", a.chunk_bytes}});
+      ++version;
+    }
+  }
+  c.bcast({}, 0);  // done
+  if (a.json) fmt::print("{}\n", nlohmann::json{{"bench", "sync"}, {"rows", rows}}.dump());
+}
+}  // namespace
+
+void add_bench_sync(CLI::App* bench) {
+  auto a = std::make_shared<SyncBenchArgs>();
+  auto* c = bench->add_subcommand(
+      "sync", "Weight-sync bytes and time over MPI (mxfp8 vs bf16 sampler) beside raw MPI bandwidth: mpirun -np 2");
+  c->add_option("--shapes", a->shapes, "Model shapes (tiny-dense, tiny-moe, qwen3-0.6b)")->capture_default_str();
+  c->add_option("--chunk-bytes", a->chunk_bytes, "Payload bytes per chunk")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--reps", a->reps, "Measured repetitions of each (after one warm-up)")->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  c->add_option("--threads", a->threads, "Worker threads for building the bundles (0: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--json", a->json, "Also print one JSON object (last line)");
+  c->callback([a] { bench_sync(*a); });
+}
+
+}  // namespace mxrl::cli
