@@ -249,27 +249,25 @@ RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, const Exec
 
 RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
                    const Exec& exec) {
-  Checkpoint ck = load_checkpoint(model_dir);
-  RlRun r;
-  r.cfg_ = cfg;
-  r.task_ = std::move(task);
-  if (r.cfg_.learner.optim.schedule == LrSchedule::Cosine && r.cfg_.learner.optim.total_steps == 0)
-    r.cfg_.learner.optim.total_steps = cfg.steps * cfg.updates_per_batch;
-  r.init(std::move(ck.params), ck.tokenizer_json, ck.tokenizer_config_json, exec);
-  r.sync_to_sampler({});
-  return r;
+  return start_impl(model_dir, cfg, std::move(task), nullptr, exec);
 }
 
 RlRun RlRun::start_remote(const std::string& model_dir, const RlConfig& cfg, std::shared_ptr<RlRemote> remote,
                           const Exec& exec) {
+  return start_impl(model_dir, cfg, nullptr, std::move(remote), exec);
+}
+
+RlRun RlRun::start_impl(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+                        std::shared_ptr<RlRemote> remote, const Exec& exec) {
   Checkpoint ck = load_checkpoint(model_dir);
   RlRun r;
   r.cfg_ = cfg;
+  r.task_ = std::move(task);
   r.remote_ = std::move(remote);
   if (r.cfg_.learner.optim.schedule == LrSchedule::Cosine && r.cfg_.learner.optim.total_steps == 0)
     r.cfg_.learner.optim.total_steps = cfg.steps * cfg.updates_per_batch;
   r.init(std::move(ck.params), ck.tokenizer_json, ck.tokenizer_config_json, exec);
-  if (r.remote_->init) r.remote_->init(r);
+  if (r.remote_ && r.remote_->init) r.remote_->init(r);
   r.sync_to_sampler({});
   return r;
 }

@@ -168,6 +168,8 @@ class RlRun {
   RlRun() = default;
   void init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
             const Exec& exec);
+  static RlRun start_impl(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+                          std::shared_ptr<RlRemote> remote, const Exec& exec);
   static RlRun resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote> remote, const Exec& exec);
   void sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks = nullptr);
   // The P x G requests of step t, and their problems.
