@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The distributed runtime on localhost (ctest: mpi_distributed; needs mpirun).
 #   1. rank-count invariance: the final weights of a colocated run and of
-#      mpirun runs with 1, 2 and 4 learner ranks (and 2 samplers) are the same bytes;
+#      mpirun runs with 1, 2 and 4 learner ranks (and 2 samplers) are the same
+#      bytes; MoE with the load-balancing loss on 3 learners too;
 #   2. off-policy 1: colocated and 2 learners + 1 sampler agree; a run resumed
 #      from a mid-run state on another rank layout ends on the same bytes;
 #   3. transport faults: corrupted, truncated and stale chunks are refused
@@ -36,6 +37,13 @@ for layout in "1 1" "2 1" "4 1" "2 2"; do
   same "$work/colocated" "$work/l$1s$2" "$1 learner(s) + $2 sampler(s) = colocated, bitwise"
 done
 grep -q '"sync_ranks":\[{' "$work/l2s2.jsonl" || fail "the metrics lack each sampler rank's sync report"
+# MoE with the load-balancing loss (every sequence trains: the aux loss keeps them all).
+"$mxrl" init --preset tiny-moe --out "$work/moe_init" >/dev/null 2>&1
+moe=(rl --model "$work/moe_init" --task addition:digits=1 --steps 3 --prompts-per-step 4 --samples-per-prompt 4
+     --eval-problems 0 --threads 1 --micro-batch-tokens 48 --aux-loss-coef 0.01)
+"$mxrl" "${moe[@]}" --out "$work/moe" 2>/dev/null
+"${mpi[@]}" -np 4 "$mxrl" "${moe[@]}" --learners 3 --samplers 1 --out "$work/moe_l3" 2>/dev/null
+same "$work/moe" "$work/moe_l3" "MoE with aux loss: 3 learners + 1 sampler = colocated, bitwise"
 
 # 2. Off-policy, and resume on another layout.
 "$mxrl" "${rl[@]}" --off-policy 1 --save-every 2 --out "$work/off" 2>/dev/null
