@@ -45,8 +45,11 @@ void write_sequences(ByteWriter& w, const std::vector<Sequence>& b) {
 std::vector<Sequence> read_sequences(ByteReader& r) {
   const uint64_t n = r.get<uint64_t>();
   if (n > (uint64_t{1} << 32)) fail("train batch: {} sequences is out of range", n);
-  std::vector<Sequence> b(n);
-  for (Sequence& s : b) s.tokens = r.get_vec<int32_t>(), s.target = r.get_vec<uint8_t>(), s.weight = r.get_vec<float>();
+  std::vector<Sequence> b;
+  for (uint64_t i = 0; i < n; ++i) {
+    Sequence& s = b.emplace_back();
+    s.tokens = r.get_vec<int32_t>(), s.target = r.get_vec<uint8_t>(), s.weight = r.get_vec<float>();
+  }
   return b;
 }
 

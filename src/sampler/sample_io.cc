@@ -22,8 +22,9 @@ void write_requests(ByteWriter& w, const std::vector<GenerationRequest>& reqs) {
 std::vector<GenerationRequest> read_requests(ByteReader& r) {
   const uint64_t n = r.get<uint64_t>();
   if (n > (uint64_t{1} << 32)) fail("requests: count {} is out of range", n);
-  std::vector<GenerationRequest> out(n);
-  for (GenerationRequest& q : out) {
+  std::vector<GenerationRequest> out;  // grown as they are read: a count is not trusted with memory
+  for (uint64_t i = 0; i < n; ++i) {
+    GenerationRequest& q = out.emplace_back();
     q.id = r.get<int64_t>();
     q.prompt = r.get_vec<int32_t>();
     q.n = r.get<int64_t>();
@@ -54,8 +55,9 @@ void write_samples(ByteWriter& w, const std::vector<GeneratedSample>& samples) {
 std::vector<GeneratedSample> read_samples(ByteReader& r) {
   const uint64_t n = r.get<uint64_t>();
   if (n > (uint64_t{1} << 32)) fail("samples: count {} is out of range", n);
-  std::vector<GeneratedSample> out(n);
-  for (GeneratedSample& g : out) {
+  std::vector<GeneratedSample> out;
+  for (uint64_t i = 0; i < n; ++i) {
+    GeneratedSample& g = out.emplace_back();
     g.request = r.get<int64_t>();
     g.index = r.get<int64_t>();
     g.tokens = r.get_vec<int32_t>();

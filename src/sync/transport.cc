@@ -144,9 +144,11 @@ std::span<std::byte> Staging::begin_chunk(std::span<const std::byte> header, siz
     if (h.count == 0) fail("{}: version {}: chunk count 0", label_, version_);
     if (h.total > (uint64_t{1} << 40)) fail("{}: version {}: {} bytes is beyond any bundle", label_, version_, h.total);
     if (h.count > h.total + 1) fail("{}: version {}: {} chunks for {} bytes", label_, version_, h.count, h.total);
+    // Nothing is sized by the header before its XXH3 checks out: the buffer
+    // grows by what arrives, and is reserved whole once chunk 0 verifies.
     count_ = h.count, total_ = h.total, filled_ = 0, verified_ = 0;
-    buf_.assign(total_, std::byte{0});
-    checks_.assign(count_, Check{});
+    buf_.clear();
+    checks_.clear();
   } else if (h.count != count_ || h.total != total_) {
     fail("{}: version {} chunk {}: says {} chunks / {} bytes, chunk 0 said {} / {}", label_, version_, at, h.count, h.total,
          count_, total_);
@@ -157,10 +159,11 @@ std::span<std::byte> Staging::begin_chunk(std::span<const std::byte> header, siz
   if (wire_bytes != h.length)
     fail("{}: version {} chunk {}: truncated or padded: {} payload bytes, header says {}", label_, version_, at,
          wire_bytes, h.length);
-  Check& c = checks_[at];
+  Check& c = checks_.emplace_back();
   std::memcpy(c.header.data(), header.data(), kChunkHeaderBytes);
   c.offset = h.offset, c.length = h.length, c.digest = h.digest;
   filled_ += h.length;
+  buf_.resize(filled_);
   ++next_;
   return std::span<std::byte>(buf_).subspan(c.offset, c.length);
 }
@@ -174,6 +177,7 @@ void Staging::verify(uint32_t i) const {
 
 void Staging::done(uint32_t i) {
   if (i != verified_) fail("{}: version {}: chunk {} verified out of order", label_, version_, i);
+  if (i == 0) buf_.reserve(total_);  // the size chunk 0's verified header gives
   ++verified_;
 }
 

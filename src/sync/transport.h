@@ -76,9 +76,9 @@ class Staging {
   // The same in parts, for a receiver that writes payloads in place:
   // begin_chunk checks the header and the payload length that arrives
   // (`wire_bytes`) and returns where the payload goes; verify(i) checks
-  // chunk i's XXH3 (const, so another thread could run it while the next
-  // chunk arrives) and done(i) records it; end_chunk() = verify + done of
+  // chunk i's XXH3 and done(i) records it; end_chunk() = verify + done of
   // the oldest chunk begun. take() refuses a bundle with a chunk not verified.
+  // Nothing is allocated by a header's word before chunk 0's XXH3 checks out.
   std::span<std::byte> begin_chunk(std::span<const std::byte> header, size_t wire_bytes);
   void verify(uint32_t i) const;
   void done(uint32_t i);
@@ -98,7 +98,7 @@ class Staging {
     std::array<std::byte, kChunkHeaderBytes> header{};
     uint64_t offset = 0, length = 0, digest = 0;
   };
-  std::vector<Check> checks_;  // one per chunk, sized at chunk 0
+  std::vector<Check> checks_;  // one per chunk begun
   uint32_t verified_ = 0;
 };
 
