@@ -31,7 +31,7 @@ void ModelConfig::validate(const std::string& label) const {
     if (v <= 0) fail("{}: {} must be positive (got {})", label, name, v);
   };
   if (model_type != "qwen3" && model_type != "qwen3_moe")
-    fail("{}: model_type '{}' is not supported (qwen3, qwen3_moe)", label, model_type);
+    fail("{}: model_type {} is not supported (qwen3, qwen3_moe)", label, jsonr::brief(nlohmann::json(model_type)));
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
   positive("num_hidden_layers", num_hidden_layers);
@@ -128,9 +128,9 @@ class Fields {
   void refuse_unknown() const {
     for (auto it = j_.begin(); it != j_.end(); ++it)
       if (!seen_.count(it.key()) && !inert_keys().count(it.key()))
-        fail("{}: unknown field '{}': mxrl cannot tell whether it changes the model's math, so it refuses the "
+        fail("{}: unknown field {}: mxrl cannot tell whether it changes the model's math, so it refuses the "
              "config (src/model/config.cc lists the fields it reads, ignores and refuses)",
-             label_, it.key());
+             label_, jsonr::brief(nlohmann::json(it.key())));  // quoted and escaped: one line whatever the key
   }
 
  private:
@@ -204,7 +204,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& label) {
   ModelConfig c;
   c.model_type = jsonr::string(f.require("model_type"), f.where("model_type"));
   if (c.model_type != "qwen3" && c.model_type != "qwen3_moe")
-    fail("{}: model_type '{}' is not supported (qwen3, qwen3_moe)", label, c.model_type);
+    fail("{}: model_type {} is not supported (qwen3, qwen3_moe)", label, jsonr::brief(nlohmann::json(c.model_type)));
   const bool moe = c.model_type == "qwen3_moe";
 
   // Shapes: required (transformers always writes them; its class defaults are Qwen3-8B's).

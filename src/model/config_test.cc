@@ -56,7 +56,7 @@ TEST(Config, ErrorsNameTheFileAndField) {
   EXPECT_NE(error_of(j).find("exceeds num_experts"), std::string::npos);
   j = moe_json();
   j["model_type"] = "llama";
-  EXPECT_EQ(error_of(j), "cfg.json: model_type 'llama' is not supported (qwen3, qwen3_moe)");
+  EXPECT_EQ(error_of(j), "cfg.json: model_type \"llama\" is not supported (qwen3, qwen3_moe)");
   j = moe_json();
   j["mlp_only_layers"] = {7};
   EXPECT_NE(error_of(j).find("mlp_only_layers"), std::string::npos);
@@ -169,8 +169,8 @@ TEST(Config, RefusesWhatItDoesNotImplement) {
            Case{"layer_types", {"full_attention"}, "field 'layer_types' must list one type per layer (4 layers)"},
            Case{"quantization_config", {{"quant_method", "fp8"}}, "field 'quantization_config' is not supported"},
            Case{"pruned_heads", {{"0", {1}}}, "field 'pruned_heads' = {\"0\":[1]} is not supported"},
-           Case{"mlp_bias", false, "unknown field 'mlp_bias'"},
-           Case{"rope_parameterz", nullptr, "unknown field 'rope_parameterz'"}}) {
+           Case{"mlp_bias", false, "unknown field \"mlp_bias\""},
+           Case{"rope_parameterz", nullptr, "unknown field \"rope_parameterz\""}}) {
     auto j = moe_json();
     j[c.field] = c.value;
     EXPECT_NE(error_of(j).find(std::string("cfg.json: ") + c.phrase), std::string::npos)
