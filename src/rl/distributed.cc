@@ -169,7 +169,6 @@ struct Cluster::State {
     if (pending_step >= 0) fail("distributed: step {}'s rollout is still in flight", pending_step);
     ByteWriter w;
     w.put<uint8_t>(kGenerate);
-    w.put<int64_t>(step);
     write_requests(w, reqs);
     samplers.bcast(w.bytes(), 0);
     pending_step = step;
@@ -223,9 +222,7 @@ struct Cluster::State {
     w.put<uint64_t>(v);
     w.put<uint64_t>(frames.size());
     samplers.bcast(w.bytes(), 0);
-    t0 = Clock::now();
     mpi::bcast_chunks(samplers, 0, frames);
-    const double transfer = since(t0);
     double reference_s = 0;
     if (s.checks != sync::CheckMode::Off) {
       t0 = Clock::now();
@@ -256,7 +253,6 @@ struct Cluster::State {
     m.bytes = static_cast<int64_t>(bytes.size());
     m.build_seconds = build;
     m.check_seconds += reference_s;
-    (void)transfer;
     busy = false;
     return m;
   }
@@ -460,7 +456,6 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
     }
     if (cmd == kGenerate) {
       if (!engine) fail("asked to generate before the first sync");
-      const int64_t step = r.get<int64_t>();
       const std::vector<GenerationRequest> reqs = read_requests(r);
       r.expect_done();
       const size_t b = reqs.size() * static_cast<size_t>(index) / static_cast<size_t>(count);
@@ -471,7 +466,6 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
       ByteWriter w;
       write_samples(w, last_rollout);
       comm.send(w.bytes(), 0, kSamples);
-      (void)step;
       continue;
     }
     if (cmd != kSync) fail("unexpected command {}", cmd);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <chrono>
 #include <climits>
 
 #include "util/error.h"
@@ -140,25 +139,6 @@ std::string bcast_chunks(const Comm& c, int root, uint64_t count, sync::Staging&
     }
   }
   return refused;
-}
-
-double p2p_bandwidth(const Comm& c, int a, int b, size_t bytes, int reps) {
-  std::vector<std::byte> buf(bytes);
-  double best = 0;
-  for (int r = 0; r <= reps; ++r) {
-    c.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (c.rank() == a) {
-      c.send(buf, b, 90);
-      (void)c.recv(b, 91);
-    } else if (c.rank() == b) {
-      buf = c.recv(a, 90);
-      c.send(buf, a, 91);
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) best = std::max(best, 2.0 * static_cast<double>(bytes) / s);
-  }
-  return best;
 }
 
 }  // namespace mxrl::mpi

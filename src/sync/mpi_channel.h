@@ -68,8 +68,4 @@ std::string bcast_chunks(const Comm& c, int root, uint64_t count, sync::Staging&
 // Throws mxrl::Error naming `what` when an MPI call fails.
 void check(int rc, const char* what);
 
-// Point-to-point bandwidth between ranks a and b of `c` (both must call):
-// `bytes` each way, `reps` round trips after one warm-up; bytes/s of one way.
-double p2p_bandwidth(const Comm& c, int a, int b, size_t bytes, int reps);
-
 }  // namespace mxrl::mpi
