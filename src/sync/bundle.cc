@@ -426,6 +426,20 @@ Bundle make_requantize_bundle(const ParamTable& masters, const PrecisionPlan& le
   return b;
 }
 
+Bundle export_bundle(const ParamTable& masters, const PrecisionPlan& learner_plan, SyncMode mode,
+                     const PrecisionPlan& sampler_plan, uint64_t version, const Exec& exec) {
+  if (mode == SyncMode::Requantize) return make_requantize_bundle(masters, learner_plan, version);
+  check_ship_compatible(learner_plan, sampler_plan, masters.config());
+  const Model learner(masters, learner_plan, exec);
+  return make_ship_bundle(learner, masters, sampler_plan, version, exec);
+}
+
+json bundle_summary(const Bundle& b) {
+  return {{"format", kBundleFormat}, {"version", b.version}, {"sync", sync_mode_name(b.mode)},
+          {"recipe", b.recipe},      {"plan", b.plan},       {"config", b.config},
+          {"manifest", digests_to_json(b.manifest)}};
+}
+
 std::vector<TensorDigest> expected_manifest(const Model& learner, const ParamTable& masters,
                                             const PrecisionPlan& sampler_plan, const Exec& exec) {
   check_same_layout(learner, masters);

@@ -83,6 +83,16 @@ Bundle make_ship_bundle(const Model& learner, const ParamTable& masters, const P
 // A requantize bundle of `masters` from a learner under `learner_plan`.
 Bundle make_requantize_bundle(const ParamTable& masters, const PrecisionPlan& learner_plan, uint64_t version);
 
+// The bundle of weight version `version` a learner under `learner_plan` with
+// these masters sends a sampler under `sampler_plan` (ship: checked as
+// check_ship_compatible does; requantize: the sampler plan is not used).
+// What `mxrl sync export` and mxrl.sync.export write.
+Bundle export_bundle(const ParamTable& masters, const PrecisionPlan& learner_plan, SyncMode mode,
+                     const PrecisionPlan& sampler_plan, uint64_t version, const Exec& exec = {});
+// Header and manifest as JSON: {format, version, sync, recipe, plan, config,
+// manifest (digests_to_json)}; what `mxrl sync inspect --json` prints and
+// mxrl.sync.inspect returns.
+nlohmann::json bundle_summary(const Bundle& b);
 // The manifest the learner expects the sampler to compute with under
 // `sampler_plan`, from the learner's own objects and independently of any
 // bundle: in model_digests order (parameter table, tied head last), each
