@@ -21,6 +21,8 @@ void add_bench_sync(CLI::App* bench);       // bench sync (bench_sync.cc; under 
 void add_sync_command(CLI::App& app);       // sync export, sync inspect
 void add_faults_command(CLI::App& app);     // faults: the sync fault matrix
 void add_report_commands(CLI::App& app);    // report, experiment: the paper's claims measured here
+void add_verify_sync_command(CLI::App& app);  // verify-sync: conditions 1-4 on another engine's weight dump
+void add_export_command(CLI::App& app);     // export: compressed-tensors MXFP8 for vLLM
 
 
 // --threads N (0 = all cores), shared by commands that compute.

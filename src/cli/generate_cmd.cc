@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "model/checkpoint.h"
+#include "model/compressed_tensors.h"
 #include "sampler/engine.h"
 #include "sampler/prompts.h"
 #include "tokenizer/tokenizer.h"
@@ -79,11 +80,11 @@ void run_generate(const GenerateArgs& a) {
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       fail("{}: the output directory {} does not exist", a.out, parent.string());
   }
-  const Checkpoint ck = load_checkpoint(a.model);
-  const ModelConfig& cfg = ck.config;
+  const ModelConfig cfg = load_model_config(a.model);
+  const TokenizerFiles tok_files = load_tokenizer_files(a.model);
   std::optional<tok::Tokenizer> tk;
-  if (!ck.tokenizer_json.empty())
-    tk = tok::Tokenizer::from_json(ck.tokenizer_json, (std::filesystem::path(a.model) / "tokenizer.json").string());
+  if (!tok_files.tokenizer_json.empty())
+    tk = tok::Tokenizer::from_json(tok_files.tokenizer_json, (std::filesystem::path(a.model) / "tokenizer.json").string());
 
   // Stop tokens: the defaults that exist in this model, then --stop.
   std::vector<int32_t> stop;
@@ -104,7 +105,7 @@ void run_generate(const GenerateArgs& a) {
   EngineOptions eo;
   eo.kv_budget_tokens = a.kv_budget;
   eo.max_prefill_tokens = std::max(eo.max_prefill_tokens, cfg.max_position_embeddings);  // any valid prompt fits
-  auto model = std::make_shared<const Model>(ck.params, std::move(plan), exec);
+  auto model = std::make_shared<const Model>(load_model(a.model, plan, exec));
   Engine engine(model, version, eo, exec);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t len = static_cast<int64_t>(prompts[i].tokens.size());

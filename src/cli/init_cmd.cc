@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "model/checkpoint.h"
+#include "model/compressed_tensors.h"
 #include "model/init.h"
 #include "rl/warm_start.h"
 #include "tokenizer/tokenizer.h"
@@ -15,7 +16,7 @@ namespace mxrl::cli {
 
 namespace {
 struct InitArgs {
-  std::string preset, config, out, dtype = "f32";
+  std::string preset, config, from, out, dtype = "f32";
   uint64_t seed = 0;
   float std = 0.02f;
 };
@@ -54,8 +55,26 @@ ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
   return ModelConfig::from_json(j, path);
 }
 
+// A trainable checkpoint from a plain or compressed-tensors directory: the
+// exact FP32 values the model computes with (compressed-tensors: MXFP8 codes
+// times their scales, BF16 tensors widened), stored in --dtype.
+void run_init_from(const InitArgs& a) {
+  const bool ct = is_compressed_tensors(a.from);
+  const TokenizerFiles tok = load_tokenizer_files(a.from);
+  const ParamTable params = ct ? computed_values(load_model(a.from, PrecisionPlan::named("mxfp8")))
+                               : load_checkpoint(a.from).params;
+  const st::DType dtype = a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32;
+  save_checkpoint(a.out, params.config(), params, dtype, {}, tok.tokenizer_json, tok.tokenizer_config_json);
+  fmt::print(stderr, "wrote {}: {} from {} ({}), {:.2f} M parameters\n", a.out, st::dtype_name(dtype), a.from,
+             ct ? "compressed-tensors mxfp8, dequantized exactly" : "checkpoint", params.numel() / 1e6);
+}
+
 void run_init(const InitArgs& a) {
-  if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset or --config");
+  if (!a.from.empty()) {
+    if (!a.preset.empty() || !a.config.empty()) fail("give exactly one of --preset, --config or --from");
+    return run_init_from(a);
+  }
+  if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset, --config or --from");
   const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
   const ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, vocab) : preset_config(a.preset, vocab);
   const int64_t numel =
@@ -72,6 +91,10 @@ void add_init_command(CLI::App& app) {
   auto* c = app.add_subcommand("init", "Write a randomly initialised checkpoint (preset or TOML config)");
   c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()));
   c->add_option("--config", a->config, "TOML file with config.json fields")->check(CLI::ExistingFile);
+  c->add_option("--from", a->from,
+                "Instead of initialising: a plain or compressed-tensors MXFP8 directory whose computed values "
+                "(dequantized exactly) become the checkpoint")
+      ->check(CLI::ExistingDirectory);
   c->add_option("--out", a->out, "Output checkpoint directory")->required();
   c->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();
   c->add_option("--init-std", a->std, "Std of the normal initialisation")->check(CLI::PositiveNumber)->capture_default_str();

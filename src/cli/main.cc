@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   mxrl::cli::add_sync_command(app);
   mxrl::cli::add_faults_command(app);
   mxrl::cli::add_report_commands(app);
+  mxrl::cli::add_verify_sync_command(app);
+  mxrl::cli::add_export_command(app);
   if (argc > 1 && argv[1][0] != '-' && !has_command(app, argv[1])) {
     std::fprintf(stderr, "mxrl: error: unknown command '%s' (see --help)\n", argv[1]);
     return 2;

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
+#include "model/compressed_tensors.h"
 #include "model/score.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -56,8 +57,11 @@ std::vector<ScoreRequest> read_requests(const std::string& path, const ModelConf
 void run_score(const ScoreArgs& a) {
   PrecisionPlan plan = PrecisionPlan::resolve(a.plan);  // fail fast on a bad plan
   // The config first (cheap), so that a bad input line fails before the weights load.
-  const auto reqs = read_requests(a.in, ModelConfig::load((std::filesystem::path(a.model) / "config.json").string()));
-  const Checkpoint ck = load_checkpoint(a.model);
+  const auto reqs = read_requests(a.in, load_model_config(a.model));
+  if (a.engine == "learner" && is_compressed_tensors(a.model))
+    fail("{}: --engine learner needs a plain checkpoint (FP32/BF16 masters); a compressed-tensors model scores with "
+         "--engine sampler",
+         a.model);
   ThreadPool pool(a.threads);
   std::vector<std::vector<float>> out;
   std::string plan_name = plan.name;
@@ -66,7 +70,7 @@ void run_score(const ScoreArgs& a) {
     LearnerConfig cfg;
     cfg.recipe.plan = a.plan;
     cfg.micro_batch_tokens = a.batch_tokens;
-    Learner learner(ck.params, cfg, {&pool});
+    Learner learner(load_checkpoint(a.model).params, cfg, {&pool});
     learner.model();  // prepare the forward weights before the clock starts
     t0 = std::chrono::steady_clock::now();
     std::vector<Sequence> seqs;
@@ -77,7 +81,7 @@ void run_score(const ScoreArgs& a) {
     }
     out = learner.logprobs(seqs);
   } else {
-    const Model model(ck.params, std::move(plan), {&pool});
+    const Model model = load_model(a.model, plan, {&pool});
     t0 = std::chrono::steady_clock::now();
     out = score_sequences(model, reqs, {a.batch_tokens, 0}, {&pool});
   }
@@ -102,7 +106,7 @@ void run_score(const ScoreArgs& a) {
 void add_score_command(CLI::App& app) {
   auto a = std::make_shared<ScoreArgs>();
   auto* c = app.add_subcommand("score", "Per-token log-probs of sequences under a precision plan");
-  c->add_option("--model", a->model, "Checkpoint directory (config.json + safetensors)")->required()->check(CLI::ExistingDirectory);
+  c->add_option("--model", a->model, "Checkpoint directory (config.json + safetensors), or a compressed-tensors MXFP8 export")->required()->check(CLI::ExistingDirectory);
   c->add_option("--plan", a->plan, "Precision plan: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor, fp8-block128, fp8-tensor, or a .toml file")
       ->capture_default_str();
   c->add_option("--in", a->in, "JSONL input: {\"tokens\": [ids...], \"prompt_len\": k} per line")->required()->check(CLI::ExistingFile);

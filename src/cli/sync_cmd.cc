@@ -1,5 +1,7 @@
 // mxrl sync export / inspect: weight-sync bundles (sync/bundle.h) written
 // from a checkpoint as a learner would, and verified and listed.
+// mxrl sync dump: the sampler's weights after one real sync (optionally with
+// a condition 1-4 fault injected), dumped as an engine would (sync/engine_dump.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +11,9 @@
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "sync/bundle.h"
+#include "sync/engine_dump.h"
+#include "sync/faults.h"
+#include "sync/sync.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -19,6 +24,12 @@ struct ExportArgs {
   std::string model, recipe = "mxfp8", sync, sampler_plan, out;
   bool floor = false, hybrid = false;
   uint64_t version = 0;
+  int threads = 0;
+};
+
+struct DumpArgs {
+  std::string model, previous_model, recipe = "mxfp8", sync = "ship", naming = "vllm", fault, out, previous_out;
+  bool floor = false, hybrid = false;
   int threads = 0;
 };
 
@@ -39,13 +50,7 @@ void run_export(const ExportArgs& a) {
     sync::check_ship_compatible(learner_plan, sampler_plan, ModelConfig::load(a.model + "/config.json"));
   const Checkpoint ck = load_checkpoint(a.model);
   ThreadPool pool(a.threads);
-  sync::Bundle b;
-  if (mode == sync::SyncMode::Ship) {
-    const Model learner(ck.params, learner_plan, {&pool});
-    b = sync::make_ship_bundle(learner, ck.params, sampler_plan, a.version, {&pool});
-  } else {
-    b = sync::make_requantize_bundle(ck.params, learner_plan, a.version);
-  }
+  const sync::Bundle b = sync::export_bundle(ck.params, learner_plan, mode, sampler_plan, a.version, {&pool});
   sync::write_bundle(b, a.out);
   int64_t bytes = 0;
   for (const TensorDigest& d : b.manifest) bytes += d.bytes;
@@ -53,14 +58,54 @@ void run_export(const ExportArgs& a) {
              sync::sync_mode_name(b.mode), b.version, b.recipe, b.plan, b.manifest.size(), bytes);
 }
 
+// The names of the faults a weight dump can show (conditions 1-4).
+std::vector<std::string> dump_fault_names() {
+  std::vector<std::string> out;
+  for (const FaultInfo& f : fault_table())
+    if (f.condition <= 4) out.push_back(f.name);
+  return out;
+}
+
+void run_dump(const DumpArgs& a) {
+  const sync::SyncMode mode = sync::parse_sync_mode(a.sync);
+  const sync::Naming naming = sync::parse_naming(a.naming);
+  Recipe recipe;
+  recipe.plan = a.recipe, recipe.hybrid = a.hybrid, recipe.floor = a.floor;
+  const PrecisionPlan plan = recipe.precision_plan();
+  const ModelConfig cfg = ModelConfig::load(a.model + "/config.json");
+  sync::SyncSettings s;
+  s.mode = mode;
+  s.checks = sync::CheckMode::Warn;
+  s.agreement_every = 0;  // conditions 1-4 are what a dump shows
+  if (!a.fault.empty()) s.faults = FaultPlan::parse({a.fault});
+  sync::check_faults_apply(s.faults, cfg, plan, plan, mode);
+  const Checkpoint ck = load_checkpoint(a.model);
+  ThreadPool pool(a.threads);
+  const Exec exec{&pool};
+  // The sampler serves version 0 (the previous checkpoint, else this one) and receives version 1.
+  const ParamTable before = a.previous_model.empty() ? ck.params : load_checkpoint(a.previous_model).params;
+  Engine engine(std::make_shared<const Model>(before, plan, exec), 0, {}, exec);
+  if (!a.previous_out.empty()) sync::write_dump(engine.model(), naming, a.previous_out);
+  const Model learner(ck.params, plan, exec);
+  sync::Probe probe;
+  probe.tokens = {{0, 1}};
+  probe.prompt_len = {1};
+  const sync::SyncReport r = sync::sync_weights(learner, ck.params, engine, 1, s, probe, {}, 0, {}, exec);
+  if (!r.applied) fail("sync dump: the sampler refused version 1: {}", r.error);
+  sync::write_dump(engine.model(), naming, a.out);
+  std::vector<std::string> failed;
+  for (const sync::CheckResult& c : r.checks)
+    if (c.ran && !c.passed) failed.push_back(c.name);
+  fmt::print("wrote {}: {} dump of the sampler after {} sync v1 (recipe {}){}; the in-process checks {}\n", a.out,
+             sync::naming_name(naming), sync::sync_mode_name(mode), plan.name,
+             a.fault.empty() ? "" : fmt::format(", fault {}", a.fault),
+             failed.empty() ? std::string("passed") : fmt::format("failed {}", fmt::join(failed, ", ")));
+}
+
 void run_inspect(const InspectArgs& a) {
   const sync::Bundle b = sync::read_bundle(a.bundle);
   if (a.json) {
-    const nlohmann::json j = {{"format", sync::kBundleFormat}, {"version", b.version},
-                              {"sync", sync::sync_mode_name(b.mode)}, {"recipe", b.recipe},
-                              {"plan", b.plan}, {"config", b.config},
-                              {"manifest", digests_to_json(b.manifest)}};
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", sync::bundle_summary(b).dump(2));
     return;
   }
   int64_t bytes = 0;
@@ -74,7 +119,7 @@ void run_inspect(const InspectArgs& a) {
 }  // namespace
 
 void add_sync_command(CLI::App& app) {
-  auto* s = app.add_subcommand("sync", "Weight-sync bundles: export from a checkpoint, inspect and verify");
+  auto* s = app.add_subcommand("sync", "Weight-sync bundles: export from a checkpoint, inspect and verify; dump a synced sampler's weights");
   s->require_subcommand(1);
 
   auto e = std::make_shared<ExportArgs>();
@@ -92,6 +137,29 @@ void add_sync_command(CLI::App& app) {
   ex->add_option("--out", e->out, "Output bundle (.safetensors)")->required();
   add_threads_option(ex, &e->threads);
   ex->callback([e] { run_export(*e); });
+
+  auto d = std::make_shared<DumpArgs>();
+  auto* du = s->add_subcommand("dump",
+                               "Run one sync of a checkpoint into a sampler (optionally with a fault) and write the "
+                               "sampler's weights as an engine's dump, for mxrl verify-sync");
+  du->add_option("--model", d->model, "Checkpoint directory (the learner's weights, version 1)")
+      ->required()->check(CLI::ExistingDirectory);
+  du->add_option("--previous-model", d->previous_model,
+                 "Checkpoint the sampler serves before the sync (version 0; default: --model). Faults that leave "
+                 "tensors stale (drop-tensor, drop-experts, stale-tied-head, stale-scales) show only when it differs")
+      ->check(CLI::ExistingDirectory);
+  du->add_option("--recipe", d->recipe, "The learner's plan, which the sampler runs (mxfp8, bf16, a plan .toml)")
+      ->capture_default_str();
+  du->add_flag("--floor", d->floor, "MXFP8: floor scale rule instead of rceil");
+  du->add_flag("--hybrid", d->hybrid, "MXFP8: E5M2 gradients (does not change the forward weights)");
+  du->add_option("--sync", d->sync, "ship or requantize")->check(CLI::IsMember({"ship", "requantize"}))->capture_default_str();
+  du->add_option("--naming", d->naming, "Dump layout: vllm or mxrl")->check(CLI::IsMember({"mxrl", "vllm"}))->capture_default_str();
+  du->add_option("--fault", d->fault, "Inject one condition 1-4 sync fault (see mxrl faults)")
+      ->check(CLI::IsMember(dump_fault_names()));
+  du->add_option("--out", d->out, "Output dump (.safetensors)")->required();
+  du->add_option("--previous-out", d->previous_out, "Also dump the sampler before the sync (verify-sync --previous-dump)");
+  add_threads_option(du, &d->threads);
+  du->callback([d] { run_dump(*d); });
 
   auto i = std::make_shared<InspectArgs>();
   auto* in = s->add_subcommand("inspect", "Verify a bundle and list its header and manifest");
