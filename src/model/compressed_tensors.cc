@@ -41,12 +41,15 @@ const LinearPrecision kMxfp8{Precision::MXFP8, ElemType::E4M3, ScaleRule::RCeil}
 
 bool is_mxfp8_e4m3(const LinearPrecision& p) { return p.precision == Precision::MXFP8 && p.elem == ElemType::E4M3; }
 
-// What compressed-tensors' MXFP8 scheme (quant_scheme.py MXFP8) says, as
-// QuantizationConfig.model_dump() spells it (compressed-tensors 0.20).
+// What compressed-tensors' MXFP8 preset scheme (quant_scheme.py MXFP8) says, as
+// QuantizationConfig.model_dump() spells it (compressed-tensors 0.20), with
+// the preset's zp_dtype, which model_dump writes only when given (without it
+// the parsed scheme infers float8_e4m3fn, unused by a symmetric scheme but
+// unequal to the preset).
 json quantization_config() {
   const json args = {{"num_bits", 8},        {"type", "float"},  {"symmetric", true},
                      {"group_size", 32},     {"strategy", "group"}, {"dynamic", false},
-                     {"scale_dtype", "torch.uint8"}};
+                     {"scale_dtype", "torch.uint8"}, {"zp_dtype", "torch.uint8"}};
   json acts = args;
   acts["dynamic"] = true;
   return {{"quant_method", "compressed-tensors"},
