@@ -225,7 +225,8 @@ void split_rows(const std::string& path, const st::TensorView& t, bool scale,
   }
 }
 
-void read_vllm(const std::string& path, const ParamTable& layout, std::vector<Piece>& out, Dump& dump) {
+void read_vllm(const std::string& path, const ParamTable& layout, Dump& dump) {
+  std::vector<Piece>& out = dump.pieces;
   const ModelConfig& cfg = layout.config();
   auto rows_of = [&](const std::string& name) -> int64_t {
     const ParamInfo* p = layout.find(name);
@@ -275,8 +276,6 @@ void read_vllm(const std::string& path, const ParamTable& layout, std::vector<Pi
     out.push_back({scale && ends_with(base, ".weight") ? base : t.name, part_of(t, scale && ends_with(base, ".weight")),
                    listed_dtype(t.dtype, scale), t.shape, t.data});
   }
-  // vLLM computes a tied head with the embed_tokens tensor, prepared under the plan's lm_head precision.
-  (void)dump;
 }
 
 void read_mxrl(const ModelConfig& cfg, Dump& dump) {
@@ -356,7 +355,7 @@ Dump read_dump(const std::string& path, const ModelConfig& cfg, const PrecisionP
   Dump dump{st::File::open(path), {}, {}, {}};
   const ParamTable layout(cfg, /*allocate=*/false);
   if (naming == Naming::Vllm) {
-    read_vllm(path, layout, dump.pieces, dump);
+    read_vllm(path, layout, dump);
   } else {
     read_mxrl(cfg, dump);
   }
@@ -389,6 +388,7 @@ Dump read_dump(const std::string& path, const ModelConfig& cfg, const PrecisionP
       dump.manifest.push_back(std::move(d));
     }
   }
+  // vLLM computes a tied head with the embed_tokens tensor, prepared under the plan's lm_head precision.
   if (naming == Naming::Vllm && cfg.tie_word_embeddings && by_name.count(layout.entries()[layout.embed()].name) &&
       !by_name.count(kTiedLmHeadName)) {
     const ParamInfo& e = layout.entries()[layout.embed()];
