@@ -1,0 +1,45 @@
+"""mxrl from Python: bit-exact MX numerics, models and the sampler, weight-sync bundles and checks.
+
+The C++ core (the same code as the ``mxrl`` command line) is the extension
+module ``mxrl._mxrl``; this package re-exports it:
+
+- ``quantize`` / ``dequantize``: MX block quantization (E4M3 ... E2M1, E8M0 scales);
+  ``fp8_quantize`` / ``fp8_dequantize``: the FP8 grids of other engines;
+  ``format_info`` / ``elem_grid``: the element formats.
+- ``Model.load(dir, plan)`` with ``.score`` and ``.logits``; ``Sampler(model).generate``;
+  ``Tokenizer``.
+- ``mxrl.sync``: ``export``, ``inspect``, ``verify``, ``verify_dump``.
+
+Arrays are read in place (numpy, or torch and others through DLPack) and results
+are numpy arrays (``torch.from_dlpack`` shares their memory). Errors the CLI
+prints as one line raise ValueError (bad values, shapes) or TypeError (dtypes)
+with the same message.
+"""
+
+from ._mxrl import (  # noqa: F401
+    Model,
+    Sampler,
+    Tokenizer,
+    dequantize,
+    elem_grid,
+    format_info,
+    fp8_dequantize,
+    fp8_quantize,
+    quantize,
+    tensor_seed,
+)
+from . import sync  # noqa: F401
+
+__all__ = [
+    "Model",
+    "Sampler",
+    "Tokenizer",
+    "dequantize",
+    "elem_grid",
+    "format_info",
+    "fp8_dequantize",
+    "fp8_quantize",
+    "quantize",
+    "sync",
+    "tensor_seed",
+]

@@ -1,0 +1,236 @@
+// mxrl.Model (a checkpoint prepared under a precision plan: scoring, logits,
+// its manifest), mxrl.Sampler (the rollout engine) and mxrl.Tokenizer: the
+// same code paths as `mxrl score` and `mxrl generate`.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <variant>
+
+#include "arrays.h"
+#include "model/checkpoint.h"
+#include "model/compressed_tensors.h"
+#include "model/digest.h"
+#include "model/score.h"
+#include "py_model.h"
+#include "sampler/engine.h"
+#include "sampler/prompts.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace mxrl::py {
+
+PyModel PyModel::load(const std::filesystem::path& dir_path, const std::string& plan_name, int threads) {
+  const std::string dir = dir_path.string();
+  PrecisionPlan plan = PrecisionPlan::resolve(plan_name);
+  PyModel m;
+  m.dir = dir;
+  nb::gil_scoped_release unlocked;
+  m.pool = std::make_shared<ThreadPool>(threads);
+  m.model = std::make_shared<const Model>(load_model(dir, plan, {m.pool.get()}));
+  const std::filesystem::path tk = std::filesystem::path(dir) / "tokenizer.json";
+  if (std::filesystem::exists(tk)) m.tokenizer = tok::Tokenizer::load(tk.string());
+  return m;
+}
+
+namespace {
+
+using PromptLen = std::variant<int64_t, std::vector<int64_t>>;
+
+void check_tokens(const std::vector<int32_t>& t, int64_t vocab, const std::string& label) {
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i] < 0 || t[i] >= vocab)
+      throw nb::value_error(fmt::format("{}[{}]: token id {} is outside the model's vocabulary [0, {})", label, i, t[i],
+                                        vocab).c_str());
+}
+
+std::vector<nb::ndarray<nb::numpy, float>> score(const PyModel& m, const std::vector<std::vector<int32_t>>& seqs,
+                                                  const PromptLen& prompt_len, int64_t batch_tokens) {
+  const ModelConfig& cfg = m.model->config();
+  if (batch_tokens < 1) throw nb::value_error(fmt::format("batch_tokens must be >= 1, got {}", batch_tokens).c_str());
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&prompt_len); v && v->size() != seqs.size())
+    throw nb::value_error(
+        fmt::format("prompt_len: {} values for {} sequences", v->size(), seqs.size()).c_str());
+  std::vector<ScoreRequest> reqs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::string label = fmt::format("sequences[{}]", i);
+    ScoreRequest r;
+    r.tokens = seqs[i];
+    const int64_t len = static_cast<int64_t>(r.tokens.size());
+    if (len < 2) throw nb::value_error(fmt::format("{}: a sequence needs at least 2 tokens, got {}", label, len).c_str());
+    if (len > cfg.max_position_embeddings)
+      throw nb::value_error(fmt::format("{}: {} tokens exceed the model's max_position_embeddings {}", label, len,
+                                        cfg.max_position_embeddings).c_str());
+    check_tokens(r.tokens, cfg.vocab_size, label);
+    r.prompt_len = std::holds_alternative<int64_t>(prompt_len) ? std::get<int64_t>(prompt_len)
+                                                               : std::get<std::vector<int64_t>>(prompt_len)[i];
+    if (r.prompt_len < 1 || r.prompt_len > len - 1)
+      throw nb::value_error(fmt::format("{}: prompt_len {} must be in [1, {}]", label, r.prompt_len, len - 1).c_str());
+    reqs.push_back(std::move(r));
+  }
+  std::vector<std::vector<float>> out;
+  {
+    nb::gil_scoped_release unlocked;
+    out = score_sequences(*m.model, reqs, {batch_tokens, 0}, {m.pool.get()});
+  }
+  std::vector<nb::ndarray<nb::numpy, float>> res;
+  for (const auto& lp : out) res.push_back(to_array(lp));
+  return res;
+}
+
+nb::ndarray<nb::numpy, float> logits(const PyModel& m, const std::vector<int32_t>& tokens) {
+  const ModelConfig& cfg = m.model->config();
+  if (tokens.empty()) throw nb::value_error("tokens: empty sequence");
+  if (static_cast<int64_t>(tokens.size()) > cfg.max_position_embeddings)
+    throw nb::value_error(fmt::format("tokens: {} tokens exceed the model's max_position_embeddings {}", tokens.size(),
+                                      cfg.max_position_embeddings).c_str());
+  check_tokens(tokens, cfg.vocab_size, "tokens");
+  std::vector<float> l;
+  {
+    nb::gil_scoped_release unlocked;
+    l = sequence_logits(*m.model, tokens, {m.pool.get()});
+  }
+  float* p = nullptr;
+  auto out = new_array<float>({static_cast<int64_t>(tokens.size()), cfg.vocab_size}, &p);
+  std::copy(l.begin(), l.end(), p);
+  return out;
+}
+
+struct PySampler {
+  PyModel model;
+  int64_t kv_budget;
+  bool prefix_sharing;
+};
+
+nb::list generate(const PySampler& s, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
+                  int64_t max_new_tokens, float temperature, float top_p, int64_t top_k, uint64_t seed,
+                  std::optional<std::vector<int32_t>> stop_tokens) {
+  const ModelConfig& cfg = s.model.model->config();
+  SamplingParams sp;
+  sp.temperature = temperature;
+  sp.top_p = top_p;
+  sp.top_k = top_k;
+  sp.validate();
+  if (n < 1) throw nb::value_error(fmt::format("n must be >= 1, got {}", n).c_str());
+  if (max_new_tokens < 1) throw nb::value_error(fmt::format("max_new_tokens must be >= 1, got {}", max_new_tokens).c_str());
+  std::vector<int32_t> stop;
+  if (stop_tokens) {
+    stop = *stop_tokens;
+    check_tokens(stop, cfg.vocab_size, "stop_tokens");
+  } else {
+    stop = default_stop_tokens(cfg, s.model.tokenizer ? &*s.model.tokenizer : nullptr);
+  }
+  std::sort(stop.begin(), stop.end());
+  stop.erase(std::unique(stop.begin(), stop.end()), stop.end());
+  EngineOptions eo;
+  eo.kv_budget_tokens = s.kv_budget;
+  eo.prefix_sharing = s.prefix_sharing;
+  eo.max_prefill_tokens = std::max(eo.max_prefill_tokens, cfg.max_position_embeddings);
+  Engine engine(s.model.model, /*version=*/0, eo, {s.model.pool.get()});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string label = fmt::format("prompts[{}]", i);
+    const int64_t len = static_cast<int64_t>(prompts[i].size());
+    if (len < 1) throw nb::value_error(fmt::format("{}: an empty prompt", label).c_str());
+    check_tokens(prompts[i], cfg.vocab_size, label);
+    const int64_t need = std::min(len + max_new_tokens, cfg.max_position_embeddings);
+    if (need > s.kv_budget)
+      throw nb::value_error(fmt::format("{}: a sample of this prompt ({} tokens) with max_new_tokens {} needs {} KV "
+                                        "cache positions, more than kv_budget {}", label, len, max_new_tokens, need,
+                                        s.kv_budget).c_str());
+    GenerationRequest r;
+    r.id = static_cast<int64_t>(i);
+    r.prompt = prompts[i];
+    r.n = n;
+    r.max_new_tokens = max_new_tokens;
+    r.sampling = sp;
+    r.stop_tokens = stop;
+    r.seed = seed;
+    try {
+      engine.submit(r);
+    } catch (const Error& e) {
+      throw nb::value_error(fmt::format("{}: {}", label, e.what()).c_str());
+    }
+  }
+  std::vector<GeneratedSample> samples;
+  {
+    nb::gil_scoped_release unlocked;
+    samples = engine.run();
+  }
+  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& x, const GeneratedSample& y) {
+    return x.request != y.request ? x.request < y.request : x.index < y.index;
+  });
+  nb::list out;
+  for (size_t i = 0; i < prompts.size(); ++i) out.append(nb::list());
+  for (const GeneratedSample& g : samples) {
+    nb::dict d;
+    d["tokens"] = to_array(g.tokens);
+    d["logprobs"] = to_array(g.logprobs);
+    d["finish_reason"] = finish_reason_name(g.finish);
+    d["version"] = g.version;
+    if (s.model.tokenizer) d["text"] = s.model.tokenizer->decode(g.tokens);
+    nb::cast<nb::list>(out[g.request]).append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_model(nb::module_& m) {
+  nb::class_<tok::Tokenizer>(m, "Tokenizer", "A tokenizer.json (BPE, byte-level or mxrl's character tokenizer).")
+      .def_static("load", [](const std::filesystem::path& p) { return tok::Tokenizer::load(p.string()); }, nb::arg("path"), "Load a tokenizer.json file.")
+      .def_static("builtin_char", &tok::builtin_char_tokenizer,
+                  "The character tokenizer of the built-in tasks and the tiny presets.")
+      .def("encode", [](const tok::Tokenizer& t, const std::string& s) { return t.encode(s); }, nb::arg("text"),
+           "Token ids of ``text`` (no special tokens added).")
+      .def("decode", [](const tok::Tokenizer& t, const std::vector<int32_t>& ids) { return t.decode(ids); },
+           nb::arg("ids"), "The text of ``ids``.")
+      .def_prop_ro("vocab_size", &tok::Tokenizer::vocab_size);
+
+  nb::class_<PyModel>(m, "Model",
+                      "A checkpoint prepared to compute under a precision plan: the forward pass the sampler and "
+                      "`mxrl score` run.")
+      .def_static("load", &PyModel::load, nb::arg("dir"), nb::arg("plan") = "mxfp8", nb::arg("threads") = 0,
+                  R"doc(Load a checkpoint directory (config.json + safetensors, or an MXFP8 compressed-tensors
+export) and prepare it under ``plan``: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor,
+fp8-block128, fp8-tensor (+fp8kv), or a plan .toml. ``threads``: 0 for every core.)doc")
+      .def_prop_ro("config", [](const PyModel& p) { return json_to_py(p.model->config().to_json()); },
+                   "The model's config.json fields.")
+      .def_prop_ro("plan", [](const PyModel& p) { return p.model->plan().name; }, "The precision plan's name.")
+      .def_prop_ro("tokenizer", [](const PyModel& p) { return p.tokenizer; },
+                   "The directory's tokenizer.json, if it has one.")
+      .def("manifest", [](const PyModel& p) { return json_to_py(digests_to_json(model_digests(*p.model))); },
+           "What the model computes with, one digest per part (BRIEF §6): name, part, dtype, shape, precision, xxh3, "
+           "bytes.")
+      .def("score", &score, nb::arg("sequences"), nb::arg("prompt_len") = 1, nb::arg("batch_tokens") = 4096,
+           R"doc(Per-token log-probs at temperature 1 of ``sequences`` (lists of token ids), for tokens
+prompt_len .. len-1 of each (``prompt_len``: one int or one per sequence). One float32
+array per sequence, bit for bit those of `mxrl score` and of the sampler, whatever the
+batching.)doc")
+      .def("logits", &logits, nb::arg("tokens"), "FP32 logits [len, vocab] of one sequence.");
+
+  nb::class_<PySampler>(m, "Sampler", "The rollout engine (batched generation with a KV cache) over a Model.")
+      .def(nb::init<PyModel, int64_t, bool>(), nb::arg("model"), nb::arg("kv_budget") = EngineOptions{}.kv_budget_tokens,
+           nb::arg("prefix_sharing") = true,
+           "``kv_budget``: KV cache positions reserved at once; results do not depend on it or on prefix sharing.")
+      .def("generate", &generate, nb::arg("prompts"), nb::arg("n") = 1, nb::arg("max_new_tokens") = 64,
+           nb::arg("temperature") = 1.0f, nb::arg("top_p") = 1.0f, nb::arg("top_k") = 0, nb::arg("seed") = 0,
+           nb::arg("stop_tokens") = nb::none(),
+           R"doc(Sample ``n`` completions of each prompt (lists of token ids). Returns, per prompt, a list of
+dicts: tokens (int32), logprobs (float32, at the sampling temperature), finish_reason
+("stop" or "length"), version, and text when the model has a tokenizer. A sample depends
+only on (seed, prompt index, sample index): the same as `mxrl generate --seed` on the same
+prompts. ``stop_tokens``: None for the model's defaults (as the CLI).)doc");
+}
+
+}  // namespace mxrl::py

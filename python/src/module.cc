@@ -1,0 +1,28 @@
+// The extension module mxrl._mxrl: mxrl's C++ core for Python (nanobind).
+// python/mxrl/__init__.py re-exports it; errors the CLI reports as one line
+// (mxrl::Error) raise ValueError with the same message.
+#include <nanobind/nanobind.h>
+
+#include "util/error.h"
+
+namespace nb = nanobind;
+
+namespace mxrl::py {
+void bind_numerics(nb::module_& m);
+void bind_model(nb::module_& m);
+void bind_sync(nb::module_& m);
+}  // namespace mxrl::py
+
+NB_MODULE(_mxrl, m) {
+  m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler and weight-sync checks.";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const mxrl::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  mxrl::py::bind_numerics(m);
+  mxrl::py::bind_model(m);
+  mxrl::py::bind_sync(m);
+}
