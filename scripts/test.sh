@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: the Release build's tests, then the unit tests again under
+# The test suite: the Release build's tests, the Python package's pytest suite
+# (scripts/python.sh: pip install . into build-py/venv), then the unit tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
 # target replaying the malformed-file corpus and fuzzing for a few seconds).
 set -euo pipefail
@@ -7,6 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 jobs=$(nproc)
 ctest --test-dir build --output-on-failure -j"$jobs"
+bash scripts/python.sh
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON >/dev/null
 cmake --build build-san -j"$jobs"
