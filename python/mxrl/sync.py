@@ -85,6 +85,7 @@ def verify_dump(
     recipe: str = "mxfp8",
     naming: str = "mxrl",
     floor: bool = False,
+    previous: Optional[Union[str, "os.PathLike[str]"]] = None,
     threads: int = 0,
 ) -> Findings:
     """Conditions 1-4 of the weights an inference engine holds, dumped to safetensors, against what
@@ -93,8 +94,12 @@ def verify_dump(
     naming: "mxrl" (the bundle's tensor names) or "vllm" (vLLM's Qwen3 / Qwen3-MoE
     parameters: fused qkv_proj and gate_up_proj, stacked experts w13/w2, weight and
     weight_scale pairs).
+    previous: the engine's dump from before this sync (``mxrl verify-sync --previous-dump``): a
+    tensor the sync never wrote, still holding those bytes, is then a coverage finding rather
+    than bytes that differ (grid / exceptions).
     """
-    return _mxrl._sync_verify_dump(os.fspath(learner), os.fspath(dump), recipe, floor, naming, threads)
+    prev = os.fspath(previous) if previous is not None else None
+    return _mxrl._sync_verify_dump(os.fspath(learner), os.fspath(dump), recipe, floor, naming, prev, threads)
 
 
 def write_dump(model: "_mxrl.Model", path: Union[str, "os.PathLike[str]"], naming: str = "mxrl") -> None:

@@ -80,7 +80,7 @@ template <typename T>
 nb::ndarray<nb::numpy, T> new_array(const std::vector<int64_t>& shape, T** data) {
   size_t n = 1;
   for (int64_t s : shape) n *= static_cast<size_t>(s);
-  T* p = new T[n > 0 ? n : 1]();
+  T* p = new T[n > 0 ? n : 1];  // not zeroed: every caller writes every element
   nb::capsule owner(p, [](void* q) noexcept { delete[] static_cast<T*>(q); });
   std::vector<size_t> sh(shape.begin(), shape.end());
   *data = p;

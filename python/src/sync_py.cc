@@ -77,7 +77,7 @@ nb::object sync_check_manifests(nb::handle expected, nb::handle got) {
 }
 
 nb::object sync_verify_dump(const std::string& learner_dir, const std::string& dump, const std::string& recipe,
-                            bool floor, const std::string& naming, int threads) {
+                            bool floor, const std::string& naming, std::optional<std::string> previous, int threads) {
   const PrecisionPlan plan = recipe_plan(recipe, floor);
   const sync::Naming n = sync::parse_naming(naming);
   std::vector<sync::CheckResult> rs;
@@ -85,7 +85,9 @@ nb::object sync_verify_dump(const std::string& learner_dir, const std::string& d
     nb::gil_scoped_release unlocked;
     const Checkpoint ck = load_checkpoint(learner_dir);
     ThreadPool pool(threads);
-    rs = sync::verify_dump(ck.params, plan, dump, n, {&pool});
+    std::vector<TensorDigest> before;  // what the engine held before the sync, if its dump is given
+    if (previous) before = sync::read_dump_manifest(*previous, ck.config, plan, n);
+    rs = sync::verify_dump_since(ck.params, plan, dump, n, before, {&pool});
   }
   return results_to_py(rs);
 }
@@ -113,7 +115,7 @@ void bind_sync(nb::module_& m) {
   m.def("_sync_check_manifests", &sync_check_manifests, nb::arg("expected"), nb::arg("got"),
         "Conditions 1-4 of two manifests (mxrl.sync.verify).");
   m.def("_sync_verify_dump", &sync_verify_dump, nb::arg("learner_dir"), nb::arg("dump"), nb::arg("recipe"),
-        nb::arg("floor"), nb::arg("naming"), nb::arg("threads"),
+        nb::arg("floor"), nb::arg("naming"), nb::arg("previous").none(), nb::arg("threads"),
         "Conditions 1-4 of an engine's weight dump against a learner checkpoint (mxrl.sync.verify_dump).");
   m.def("_sync_write_dump", &sync_write_dump, nb::arg("model"), nb::arg("path"), nb::arg("naming"),
         "Write what a Model computes with as an engine weight dump (mxrl.sync.write_dump).");

@@ -220,3 +220,34 @@ def test_torch_round_trip_without_copies():
     np.testing.assert_array_equal(sb, s32)
     with pytest.raises(ValueError, match="not C-contiguous"):
         mxrl.quantize(x.t())
+    with pytest.raises(TypeError, match="codes: dtype float8_e5m2 is not supported; expected uint8 or float8_e4m3fn"):
+        mxrl.dequantize(tc.view(torch.float8_e5m2), torch.from_dlpack(scales))
+
+
+def test_long_calls_release_the_gil():
+    import threading
+    import time
+    x = np.ones((8192, 8192), np.float32)
+    done = threading.Event()
+    spans = []
+
+    def work():
+        t0 = time.perf_counter()
+        for _ in range(3):
+            mxrl.quantize(x, threads=1)
+        spans.append(time.perf_counter() - t0)
+        done.set()
+
+    t = threading.Thread(target=work)
+    gaps, last = [], time.perf_counter()
+    t.start()
+    while not done.is_set():  # this thread keeps running Python while the other is inside quantize
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+        time.sleep(0.001)
+    t.join()
+    one_call = spans[0] / 3
+    # Holding the GIL, this thread would stall for a whole call at least once.
+    assert one_call > 0.04, one_call  # the calls are long enough to tell
+    assert max(gaps) < 0.5 * one_call, (max(gaps), one_call)

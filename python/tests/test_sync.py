@@ -129,3 +129,17 @@ def test_compressed_tensors_export_scores_like_the_on_grid_sampler(cli, tiny_den
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
     with pytest.raises(ValueError, match="bf16"):
         mxrl.Model.load(out, "bf16")
+
+
+def test_a_stale_tensor_is_coverage_given_the_previous_dump(cli, tiny_dense, tmp_path):
+    # version 0: the checkpoint as initialised; version 1: another seed (every weight differs)
+    v1 = tmp_path / "v1"
+    cli("init", "--preset", "tiny-dense", "--out", v1, "--seed", "99")
+    bad, before = tmp_path / "bad.safetensors", tmp_path / "before.safetensors"
+    cli("sync", "dump", "--model", v1, "--previous-model", tiny_dense, "--naming", "vllm", "--fault", "drop-tensor",
+        "--out", bad, "--previous-out", before)
+    r = mxrl.sync.verify_dump(v1, bad, naming="vllm", previous=before)
+    assert not r["coverage"]["passed"] and r["placement"]["passed"] and r["grid"]["passed"], r
+    assert any("q_proj" in f for f in r["coverage"]["findings"])
+    without = mxrl.sync.verify_dump(v1, bad, naming="vllm")  # no history: the stale bytes just differ
+    assert not without["grid"]["passed"] and without["coverage"]["passed"], without
