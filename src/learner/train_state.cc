@@ -11,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/text.h"
 #include "util/json_read.h"
 
 namespace mxrl {
@@ -20,21 +21,6 @@ namespace {
 
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail("{}: cannot open", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail("{}: read failed", p.string());
-  return ss.str();
-}
 
 int64_t layout_numel(const ParamTable& t) {
   const auto& e = t.entries();
@@ -56,7 +42,7 @@ bool plain_name(const std::string& n) {
 
 StateFile parse_state_file(const fs::path& path) {
   const std::string file = path.string();
-  const nlohmann::json j = jsonr::parse(read_text(path), file);
+  const nlohmann::json j = jsonr::parse(read_text_file(path), file);
   if (!j.is_object()) fail("{}: expected a JSON object, got {}", file, j.type_name());
   if (!j.contains("format")) fail("{}: no \"format\" (expected \"{}\")", file, kTrainStateFormat);
   if (!j["format"].is_string() || j["format"].get<std::string>() != kTrainStateFormat)
@@ -173,7 +159,7 @@ TrainState load_train_state(const std::string& dir_s) {
   for (const std::string& name : sf.files) {
     const fs::path p = dir / name;
     if (!fs::exists(p)) fail("{}: missing (listed in {})", p.string(), kStateFile);
-    s.files[name] = read_text(p);
+    s.files[name] = read_text_file(p);
   }
   return s;
 }

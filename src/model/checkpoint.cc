@@ -11,26 +11,13 @@
 #include "numerics/formats.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/text.h"
 #include "util/json_read.h"
 
 namespace mxrl {
 namespace fs = std::filesystem;
 
 namespace {
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail("{}: cannot open", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 void to_f32(const st::TensorView& t, float* out, const std::string& file) {
   const std::byte* p = t.data.data();
   const int64_t n = t.numel();
@@ -84,7 +71,7 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   std::vector<std::string> files;
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    const nlohmann::json j = jsonr::parse(read_text(index), index.string());
+    const nlohmann::json j = jsonr::parse(read_text_file(index), index.string());
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: no weight_map object", index.string());
     std::set<std::string> seen;
@@ -131,9 +118,9 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   for (const auto& [name, file] : ck.shard_of)
     if (ck.params.index_of(name) < 0 && !(name == "lm_head.weight" && cfg.tie_word_embeddings))
       fail("{}: index lists unexpected tensor '{}'", index.string(), name);
-  if (fs::exists(dir / "tokenizer.json")) ck.tokenizer_json = read_text(dir / "tokenizer.json");
+  if (fs::exists(dir / "tokenizer.json")) ck.tokenizer_json = read_text_file(dir / "tokenizer.json");
   if (fs::exists(dir / "tokenizer_config.json"))
-    ck.tokenizer_config_json = read_text(dir / "tokenizer_config.json");
+    ck.tokenizer_config_json = read_text_file(dir / "tokenizer_config.json");
   return ck;
 }
 

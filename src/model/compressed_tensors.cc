@@ -15,6 +15,7 @@
 #include "numerics/formats.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/text.h"
 #include "util/json_read.h"
 
 namespace mxrl {
@@ -22,20 +23,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail("{}: cannot open", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 const LinearPrecision kMxfp8{Precision::MXFP8, ElemType::E4M3, ScaleRule::RCeil};
 
@@ -66,7 +53,7 @@ json quantization_config() {
 
 json read_config_json(const std::string& dir) {
   const fs::path p = fs::path(dir) / "config.json";
-  return jsonr::parse(read_text(p), p.string());
+  return jsonr::parse(read_text_file(p), p.string());
 }
 
 std::vector<std::byte> bf16_bytes(const float* v, int64_t n) {
@@ -92,7 +79,7 @@ bool is_compressed_tensors(const std::string& dir) {
   if (!fs::exists(p)) return false;
   json j;
   try {
-    j = json::parse(read_text(p));
+    j = json::parse(read_text_file(p));
   } catch (const json::exception&) {
     return false;  // load_checkpoint reports it
   }
@@ -190,8 +177,8 @@ ModelConfig load_model_config(const std::string& dir) {
 TokenizerFiles load_tokenizer_files(const std::string& dir) {
   TokenizerFiles t;
   const fs::path d(dir);
-  if (fs::exists(d / "tokenizer.json")) t.tokenizer_json = read_text(d / "tokenizer.json");
-  if (fs::exists(d / "tokenizer_config.json")) t.tokenizer_config_json = read_text(d / "tokenizer_config.json");
+  if (fs::exists(d / "tokenizer.json")) t.tokenizer_json = read_text_file(d / "tokenizer.json");
+  if (fs::exists(d / "tokenizer_config.json")) t.tokenizer_config_json = read_text_file(d / "tokenizer_config.json");
   return t;
 }
 
@@ -211,7 +198,7 @@ Model load_model(const std::string& dir, const PrecisionPlan& plan, const Exec& 
   std::vector<std::string> files;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    const json ij = jsonr::parse(read_text(index), index.string());
+    const json ij = jsonr::parse(read_text_file(index), index.string());
     if (!ij.contains("weight_map") || !ij["weight_map"].is_object()) fail("{}: no weight_map object", index.string());
     std::set<std::string> seen;
     for (auto& [name, f] : ij["weight_map"].items()) {

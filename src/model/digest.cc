@@ -16,6 +16,7 @@
 #include "numerics/fp8_grid.h"
 #include "numerics/formats.h"
 #include "util/error.h"
+#include "util/text.h"
 #include "util/json_read.h"
 
 namespace mxrl {
@@ -36,7 +37,6 @@ TensorDigest make(const std::string& name, const char* part, const char* dtype, 
   return d;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
 std::string describe_parts(const std::vector<const TensorDigest*>& parts) {

@@ -10,6 +10,7 @@
 #include "sampler/sampling.h"
 #include "sync/mismatch.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace mxrl::sync {
 
@@ -40,8 +41,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 bool high_precision(const TensorDigest& d) { return d.part == "bf16" || d.part == "f32"; }
-
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 using Key = std::pair<std::string, std::string>;  // (name, part)
 
