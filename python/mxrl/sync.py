@@ -83,7 +83,7 @@ def verify_dump(
     learner: Union[str, "os.PathLike[str]"],
     dump: Union[str, "os.PathLike[str]"],
     recipe: str = "mxfp8",
-    naming: str = "mxrl",
+    naming: str = "vllm",
     floor: bool = False,
     previous: Optional[Union[str, "os.PathLike[str]"]] = None,
     threads: int = 0,
@@ -91,9 +91,9 @@ def verify_dump(
     """Conditions 1-4 of the weights an inference engine holds, dumped to safetensors, against what
     the learner checkpoint ``learner`` under ``recipe`` says it should hold: ``mxrl verify-sync``.
 
-    naming: "mxrl" (the bundle's tensor names) or "vllm" (vLLM's Qwen3 / Qwen3-MoE
+    naming: "vllm" (the default, as the CLI's: vLLM's Qwen3 / Qwen3-MoE
     parameters: fused qkv_proj and gate_up_proj, stacked experts w13/w2, weight and
-    weight_scale pairs).
+    weight_scale pairs) or "mxrl" (the bundle's tensor names).
     previous: the engine's dump from before this sync (``mxrl verify-sync --previous-dump``): a
     tensor the sync never wrote, still holding those bytes, is then a coverage finding rather
     than bytes that differ (grid / exceptions).
@@ -102,12 +102,12 @@ def verify_dump(
     return _mxrl._sync_verify_dump(os.fspath(learner), os.fspath(dump), recipe, floor, naming, prev, threads)
 
 
-def write_dump(model: "_mxrl.Model", path: Union[str, "os.PathLike[str]"], naming: str = "mxrl") -> None:
+def write_dump(model: "_mxrl.Model", path: Union[str, "os.PathLike[str]"], naming: str = "vllm") -> None:
     """Write what ``model`` computes with as an engine weight dump in ``naming`` ("mxrl" or "vllm")."""
     _mxrl._sync_write_dump(model, os.fspath(path), naming)
 
 
-def dump_manifest(dump: Union[str, "os.PathLike[str]"], model: "_mxrl.Model", naming: str = "mxrl") -> Manifest:
+def dump_manifest(dump: Union[str, "os.PathLike[str]"], model: "_mxrl.Model", naming: str = "vllm") -> Manifest:
     """The manifest an engine weight dump holds, under mxrl's names (un-fusing vLLM's tensors by
     ``model``'s config; MX precision labels take ``model``'s plan)."""
     return _mxrl._sync_dump_manifest(os.fspath(dump), model, naming)

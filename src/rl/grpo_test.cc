@@ -230,7 +230,9 @@ TEST(Grpo, OffPolicyOneStepBehindRecordsStalenessAndTheKlItCosts) {
     EXPECT_EQ(stats[i].staleness_max, i == 0 ? 0 : 1) << i;
     EXPECT_EQ(stats[i].version, i == 0 ? 0u : i - 1) << i;
     EXPECT_TRUE(stats[i].sync.passed()) << fmt::format("{}", fmt::join(stats[i].sync.findings(), " / "));
-    if (i > 0) EXPECT_GT(stats[i].mismatch.at("kl_mean").get<double>(), 0.0) << i;  // the policy moved under them
+    if (i > 0) {
+      EXPECT_GT(stats[i].mismatch.at("kl_mean").get<double>(), 0.0) << i;  // the policy moved under them
+    }
   }
   EXPECT_EQ(stats[0].mismatch.at("kl_mean").get<double>(), 0.0);  // on the learner's grid, same version: bitwise
   cfg.off_policy = 0;
