@@ -15,12 +15,12 @@
 #include "numerics/formats.h"
 #include "sync/bundle.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace mxrl::sync {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
