@@ -29,6 +29,7 @@ struct Fixture {
   mxrl::ParamTable masters{cfg};
   mxrl::PrecisionPlan plan = mxrl::PrecisionPlan::named("mxfp8");
   std::string path = "/tmp/mxrl_dump_fuzz_" + std::to_string(getpid()) + ".safetensors";
+  ~Fixture() { std::remove(path.c_str()); }
 };
 
 }  // namespace
