@@ -246,8 +246,9 @@ TEST(Faults, BadInjectionsAreRefusedWithOneLine) {
       ADD_FAILURE() << f << " was not refused";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
-      if (std::string(f) == "sampler-killed")
+      if (std::string(f) == "sampler-killed") {
         EXPECT_NE(std::string(e.what()).find("needs a separate sampler process"), std::string::npos) << e.what();
+      }
     }
   }
 }
