@@ -80,8 +80,6 @@ struct DecodeArgs {
   bool json = false;
 };
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Packed weight bytes of every linear, and those one decode step of `batch`
 // tokens reads (MoE experts: the expected number of distinct experts).
@@ -145,7 +143,7 @@ Bandwidth measure_bandwidth(ThreadPool& pool) {
   return {bytes / tc / 1e9, bytes / tr / 1e9, bytes};
 }
 
-struct Result {
+struct DecodeResult {
   std::string plan;
   int64_t batch = 0;
   double prefill_s = 0, prefill_tps = 0;
@@ -192,7 +190,7 @@ void bench_decode(const DecodeArgs& a) {
     weight_total.push_back(weight_bytes(*models.back(), 1).total);
   }
 
-  std::vector<Result> res(np * a.batches.size());  // [plan][batch]
+  std::vector<DecodeResult> res(np * a.batches.size());  // [plan][batch]
   for (size_t bi = 0; bi < a.batches.size(); ++bi) {
     const int64_t B = a.batches[bi];
     std::vector<std::unique_ptr<KvCache>> caches;
@@ -239,7 +237,7 @@ void bench_decode(const DecodeArgs& a) {
     const double kv_bytes = static_cast<double>(B) * static_cast<double>(cfg.num_hidden_layers) * 2.0 * positions *
                             static_cast<double>(cfg.kv_dim()) * sizeof(float);
     for (size_t pi = 0; pi < np; ++pi) {
-      Result& r = res[pi * a.batches.size() + bi];
+      DecodeResult& r = res[pi * a.batches.size() + bi];
       r.plan = a.plans[pi];
       r.batch = B;
       r.prefill_s = median(tp[pi]);
@@ -249,7 +247,7 @@ void bench_decode(const DecodeArgs& a) {
       r.weight_bytes_step = weight_bytes(*models[pi], B).per_step;
       r.kv_bytes_step = kv_bytes;
       r.gbps = (r.weight_bytes_step + r.kv_bytes_step) / r.step_s / 1e9;
-      const Result& f = res[bi];  // the first plan at this batch
+      const DecodeResult& f = res[bi];  // the first plan at this batch
       r.decode_vs_first = r.decode_tps / f.decode_tps;
       r.prefill_vs_first = r.prefill_tps / f.prefill_tps;
     }
@@ -278,13 +276,13 @@ void bench_decode(const DecodeArgs& a) {
   const double memcpy_gbps = std::max(bw0.memcpy_gbps, bw1.memcpy_gbps);
   const double read_gbps = std::max(bw0.read_gbps, bw1.read_gbps);
 
-  const Result *bf16_1 = nullptr, *mx_1 = nullptr;
-  for (const Result& r : res) {
+  const DecodeResult *bf16_1 = nullptr, *mx_1 = nullptr;
+  for (const DecodeResult& r : res) {
     if (r.batch != 1) continue;
     if (r.plan == "bf16" && !bf16_1) bf16_1 = &r;
     if (r.plan == "mxfp8" && !mx_1) mx_1 = &r;
   }
-  auto bytes_step = [](const Result& r) { return r.weight_bytes_step + r.kv_bytes_step; };
+  auto bytes_step = [](const DecodeResult& r) { return r.weight_bytes_step + r.kv_bytes_step; };
 
 
   const double MiB = 1 << 20;
@@ -301,7 +299,7 @@ void bench_decode(const DecodeArgs& a) {
     for (size_t pi = 0; pi < np; ++pi)
       j["plans"].push_back({{"plan", a.plans[pi]}, {"weight_bytes", weight_total[pi]}, {"prepare_s", prepare_s[pi]},
                                 {"reprepare_s", reprepare_s[pi]}});
-    for (const Result& r : res)
+    for (const DecodeResult& r : res)
       j["results"].push_back({{"plan", r.plan}, {"batch", r.batch}, {"prefill_s", r.prefill_s},
                               {"prefill_tokens_per_s", r.prefill_tps}, {"prefill_ratio_to_first", r.prefill_vs_first},
                               {"decode_step_s", r.step_s}, {"decode_tokens_per_s", r.decode_tps},
@@ -331,7 +329,7 @@ void bench_decode(const DecodeArgs& a) {
                reprepare_s[pi], reprepare_s[pi] / reprepare_s[0]);
   fmt::print("{:<14} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6}\n", "plan", "batch", "prefill/s",
              "x 1st", "decode/s", "step ms", "x 1st", "MiB/step", "GB/s", "x mcpy", "x read");
-  for (const Result& r : res)
+  for (const DecodeResult& r : res)
     fmt::print("{:<14} {:>5} {:>10.1f} {:>6.2f} {:>9.1f} {:>8.2f} {:>6.2f} {:>9.1f} {:>7.2f} {:>7.2f} {:>6.2f}\n",
                r.plan, r.batch, r.prefill_tps, r.prefill_vs_first, r.decode_tps, r.step_s * 1e3, r.decode_vs_first,
                bytes_step(r) / MiB, r.gbps, r.gbps / memcpy_gbps, r.gbps / read_gbps);

@@ -26,12 +26,11 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "util/clock.h"
 
 namespace mxrl::cli {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct SyncBenchArgs {
   std::vector<std::string> shapes = {"tiny-dense", "tiny-moe", "qwen3-0.6b"};
@@ -59,7 +58,7 @@ double send_sync(const mpi::Comm& c, const std::vector<sync::ChunkFrame>& frames
   mpi::check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
   mpi::bcast_chunks(c, 0, frames);
   (void)c.recv(1, kTagAck);
-  return since(t0);
+  return seconds_since(t0);
 }
 
 double send_raw(const mpi::Comm& c, const std::vector<std::byte>& bytes) {
@@ -67,7 +66,7 @@ double send_raw(const mpi::Comm& c, const std::vector<std::byte>& bytes) {
   const auto t0 = Clock::now();
   c.send(bytes, 1, kTagRaw);
   (void)c.recv(1, kTagAck);
-  return since(t0);
+  return seconds_since(t0);
 }
 
 // Rank 1: what rank 0 announces, until a zero-length plan.
@@ -116,7 +115,7 @@ void bench_sync(const SyncBenchArgs& a) {
           sync::build_bundle_bytes(learner, params, PrecisionPlan::resolve(sampler), version, s, exec);
       sync::ChunkSender sender(static_cast<size_t>(a.chunk_bytes));
       const std::vector<sync::ChunkFrame> frames = sender.frames(bundle, version, {});
-      const double build = since(t0);  // the bundle and its chunk headers (with their XXH3)
+      const double build = seconds_since(t0);  // the bundle and its chunk headers (with their XXH3)
       std::vector<double> ts, tr;
       for (int r = 0; r <= a.reps; ++r) {  // the first of each: warm-up
         const double x = send_sync(c, frames, version);

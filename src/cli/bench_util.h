@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/params.h"
+#include "util/clock.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -26,7 +27,7 @@ inline double time_median(const std::function<void()>& fn, double min_time) {
   while (t.size() < 5 || total < min_time) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(seconds_since(t0));
     total += t.back();
     if (t.size() >= 200) break;
   }

@@ -12,13 +12,13 @@
 namespace mxrl::cli {
 
 namespace {
-struct ExportArgs {
+struct CheckpointExportArgs {
   std::string model, recipe = "mxfp8", format, out;
   bool floor = false;
   int threads = 0;
 };
 
-void run_export(const ExportArgs& a) {
+void run_checkpoint_export(const CheckpointExportArgs& a) {
   Recipe recipe;
   recipe.plan = a.recipe, recipe.floor = a.floor;
   const PrecisionPlan plan = recipe.precision_plan();
@@ -35,7 +35,7 @@ void run_export(const ExportArgs& a) {
 }  // namespace
 
 void add_export_command(CLI::App& app) {
-  auto a = std::make_shared<ExportArgs>();
+  auto a = std::make_shared<CheckpointExportArgs>();
   auto* c = app.add_subcommand("export", "Write what a model computes with under a recipe in another engine's format");
   c->add_option("--model", a->model, "Checkpoint directory")->required()->check(CLI::ExistingDirectory);
   c->add_option("--recipe", a->recipe, "The plan the exported weights are quantized under (mxfp8; a plan .toml)")
@@ -47,7 +47,7 @@ void add_export_command(CLI::App& app) {
       ->required()->check(CLI::IsMember({"compressed-tensors"}));
   c->add_option("--out", a->out, "Output directory (replaced atomically)")->required();
   add_threads_option(c, &a->threads);
-  c->callback([a] { run_export(*a); });
+  c->callback([a] { run_checkpoint_export(*a); });
 }
 
 }  // namespace mxrl::cli

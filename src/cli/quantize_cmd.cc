@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "io/mx_file.h"
 #include "util/error.h"
@@ -17,10 +18,6 @@ struct QuantizeArgs {
   uint64_t seed = 0;
   int threads = 0;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 }  // namespace
 
 void add_quantize_commands(CLI::App& app) {

@@ -24,6 +24,7 @@
 #include "util/cpu.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "util/clock.h"
 
 #ifndef MXRL_REPORT_SCRIPT
 #define MXRL_REPORT_SCRIPT "scripts/report.py"
@@ -37,9 +38,6 @@ using Progress = std::function<void(const std::string&)>;
 std::vector<std::string> report_parts() { return {"matching", "rl-kl", "speed", "faults"}; }
 
 namespace {
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string today() {
   const std::time_t t = std::time(nullptr);
@@ -91,7 +89,7 @@ WarmStarts warm_starts(const ReportConfig& cfg, int64_t sft_steps, const Progres
     *slot = ws.model;
     w.info[key] = {{"model", ws.model}, {"sft_steps", sft_steps}, {"accuracy", ws.accuracy}};
     progress(fmt::format("warm start {}: {} SFT steps on {}, held-out greedy accuracy {:.3f} ({:.0f} s)", preset,
-                         sft_steps, cfg.task, ws.accuracy, since(t0)));
+                         sft_steps, cfg.task, ws.accuracy, seconds_since(t0)));
   }
   return w;
 }
@@ -230,7 +228,7 @@ void run_report(const ReportConfig& cfg, const Progress& progress_in, const Exec
   auto timed = [&](const char* part, const std::function<void()>& fn) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    rep["parts"][part] = {{"mode", mode}, {"date", today()}, {"seconds", since(t0)}};
+    rep["parts"][part] = {{"mode", mode}, {"date", today()}, {"seconds", seconds_since(t0)}};
   };
   const int64_t sft_steps = cfg.sft_steps > 0 ? cfg.sft_steps : cfg.quick ? 30 : 800;
   WarmStarts w;

@@ -15,14 +15,13 @@
 #include "sync/faults.h"
 #include "util/bytes.h"
 #include "util/error.h"
+#include "util/clock.h"
 
 namespace mxrl::rl {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Commands, broadcast by rank 0 on the learner or the sampler communicator.
 enum Cmd : uint8_t { kInit = 1, kGenerate = 2, kSync = 3, kTrain = 4, kStop = 9 };
@@ -216,7 +215,7 @@ struct Cluster::State {
     auto t0 = Clock::now();
     const std::vector<std::byte> bytes = sync::build_bundle_bytes(learner.model(), learner.params(), plan, v, s, exec);
     const std::vector<sync::ChunkFrame> frames = sender->frames(bytes, v, s.faults);
-    const double build = since(t0);  // the bundle and its chunk headers
+    const double build = seconds_since(t0);  // the bundle and its chunk headers
     ByteWriter w;
     w.put<uint8_t>(kSync);
     w.put<uint64_t>(v);
@@ -233,7 +232,7 @@ struct Cluster::State {
       rw.put<uint64_t>(ref.probe_logits.size());
       for (const auto& row : ref.probe_logits) rw.put_vec(row);
       samplers.bcast(rw.bytes(), 0);
-      reference_s = since(t0);
+      reference_s = seconds_since(t0);
     }
     std::vector<std::pair<int, sync::SyncReport>> reports;
     ranks = json::array();
@@ -298,14 +297,14 @@ struct Cluster::State {
     if (batch[0].weight.empty()) r.loss /= static_cast<double>(r.targets);
     const auto t1 = Clock::now();
     r.optim = learner.apply_grads(grads);
-    r.optimizer_seconds = since(t1);
-    r.seconds = since(t0);
+    r.optimizer_seconds = seconds_since(t1);
+    r.seconds = seconds_since(t0);
     busy = false;
     return r;
   }
 };
 
-Cluster::Cluster(int learners, int samplers) : learners_(learners), samplers_(samplers), st_(std::make_unique<State>()) {
+Cluster::Cluster(int learners, int samplers) : learners_(learners), st_(std::make_unique<State>()) {
   if (learners < 1 || samplers < 1) fail("--learners and --samplers must be at least 1 (got {} and {})", learners, samplers);
   int size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);

@@ -63,7 +63,7 @@ class Cluster {
   struct State;
 
  private:
-  int learners_, samplers_, world_rank_ = 0;
+  int learners_, world_rank_ = 0;
   std::unique_ptr<State> st_;
 };
 

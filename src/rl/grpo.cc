@@ -15,15 +15,14 @@
 #include "sync/mismatch.h"
 #include "util/error.h"
 #include "util/json_read.h"
+#include "util/clock.h"
 
 namespace mxrl::rl {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 constexpr const char* kCtx = "RL settings";
 constexpr const char* kPendingRollout = "pending_rollout.bin";
 }  // namespace
@@ -428,7 +427,7 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   // Off-policy: the next step's rollout starts now, under the weights the
   // samplers hold, while the learner trains on this one.
   if (cfg_.off_policy > 0 && step_ + 1 < cfg_.steps) prefetch(step_ + 1);
-  st.generate_s = since(t0);
+  st.generate_s = seconds_since(t0);
   // 2. Rewards and advantages.
   std::vector<double> rewards;
   int64_t response_tokens = 0;
@@ -478,7 +477,7 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
     for (size_t t = 0; t < old_lp[i].size(); ++t) mm.add(old_lp[i][t], rollout_lp[i][t], kl[i][t]);
   st.mismatch = mm.to_json();
   st.entropy = response_tokens > 0 ? entropy_sum / static_cast<double>(response_tokens) : 0.0;
-  st.score_s = since(t0);
+  st.score_s = seconds_since(t0);
   // 4. K mini-batch updates, each with the PPO-clip weights at the current parameters.
   t0 = Clock::now();
   const int64_t n = static_cast<int64_t>(seqs.size()), K = cfg_.updates_per_batch;
@@ -512,7 +511,7 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
     st.tokens += r.tokens;
   }
   st.loss.weight.clear();
-  st.train_s = since(t0);
+  st.train_s = seconds_since(t0);
   // 5. Sync version step+1 to the sampler, and the checks.
   t0 = Clock::now();
   ++step_;
@@ -527,8 +526,8 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   }
   sync_to_sampler(ev, &st.sync_ranks);
   st.sync = last_sync_;
-  st.sync_s = since(t0);
-  st.seconds = since(t_start);
+  st.sync_s = seconds_since(t0);
+  st.seconds = seconds_since(t_start);
   return st;
 }
 

@@ -11,6 +11,7 @@
 #include "sync/mismatch.h"
 #include "util/error.h"
 #include "util/text.h"
+#include "util/clock.h"
 
 namespace mxrl::sync {
 
@@ -37,8 +38,6 @@ const std::vector<std::string>& check_names() {
 }
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 bool high_precision(const TensorDigest& d) { return d.part == "bf16" || d.part == "f32"; }
 
@@ -65,7 +64,7 @@ CheckResult result(const std::string& name, std::vector<std::string> findings, C
   r.ran = true;
   r.passed = findings.empty();
   r.findings = std::move(findings);
-  r.seconds = since(t0);
+  r.seconds = seconds_since(t0);
   return r;
 }
 }  // namespace
@@ -148,7 +147,7 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
   out.push_back(result("placement", std::move(placement), t0));
   out.push_back(result("grid", std::move(grid), t0));
   out.push_back(result("exceptions", std::move(exceptions), t0));
-  const double each = since(t0) / 4;  // one comparison serves the four
+  const double each = seconds_since(t0) / 4;  // one comparison serves the four
   for (CheckResult& r : out) r.seconds = each;
   return out;
 }

@@ -6,12 +6,11 @@
 
 #include "sync/faults.h"
 #include "util/error.h"
+#include "util/clock.h"
 
 namespace mxrl::sync {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 bool SyncReport::passed() const {
@@ -153,7 +152,7 @@ SyncReport apply_and_check(Engine& engine, uint64_t version, const std::function
     r.error = err.what();
     e.sync_failed = true;
   }
-  r.apply_seconds = since(t0);
+  r.apply_seconds = seconds_since(t0);
   if (s.checks == CheckMode::Off) return r;
   t0 = Clock::now();
   const CheckReference ref = reference();
@@ -163,7 +162,7 @@ SyncReport apply_and_check(Engine& engine, uint64_t version, const std::function
   r.checks.push_back(check_freshness(engine, exec));
   r.checks.push_back(check_atomicity(engine, e, rollout, rollout_version, live));
   if (!e.sync_failed && ref.agreement) r.checks.push_back(check_agreement(ref.probe_logits, engine, probe, s.bound));
-  r.check_seconds = since(t0);
+  r.check_seconds = seconds_since(t0);
   return r;
 }
 
@@ -174,7 +173,7 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   const PrecisionPlan plan = s.sampler_plan ? *s.sampler_plan : engine.model().plan();
   const auto t0 = Clock::now();
   std::vector<std::byte> bytes = build_bundle_bytes(learner, masters, plan, version, s, exec);
-  const double build = since(t0);
+  const double build = seconds_since(t0);
   std::shared_ptr<ChunkSender> sender = s.sender ? s.sender : std::make_shared<ChunkSender>();
   auto receive = [&] {
     std::vector<std::byte> got = pass_through_chunks(*sender, bytes, version, s.faults);
