@@ -39,6 +39,7 @@
 #include "tokenizer/tokenizer.h"
 #include "model/init.h"
 #include "model/forward.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/splitmix.h"
 #include "util/thread_pool.h"
@@ -79,7 +80,6 @@ struct DecodeArgs {
   std::string kernels = "auto";
   bool json = false;
 };
-
 
 // Packed weight bytes of every linear, and those one decode step of `batch`
 // tokens reads (MoE experts: the expected number of distinct experts).

@@ -10,6 +10,7 @@
 #include "model/init.h"
 #include "model/score.h"
 #include "tokenizer/tokenizer.h"
+#include "util/clock.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -48,7 +49,7 @@ void bench_forward(const ForwardArgs& a) {
     for (int rep = 0; rep < 3; ++rep) {
       const auto s0 = std::chrono::steady_clock::now();
       score_sequences(model, reqs, {a.batch * a.seq_len, 0}, {&pool});
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+      t.push_back(seconds_since(s0));
     }
     std::sort(t.begin(), t.end());
     const double tps = a.batch * a.seq_len / t[1];

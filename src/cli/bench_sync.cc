@@ -24,14 +24,13 @@
 #include "sync/mpi_channel.h"
 #include "sync/sync.h"
 #include "tokenizer/tokenizer.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
-#include "util/clock.h"
 
 namespace mxrl::cli {
 
 namespace {
-
 struct SyncBenchArgs {
   std::vector<std::string> shapes = {"tiny-dense", "tiny-moe", "qwen3-0.6b"};
   int64_t chunk_bytes = 1 << 20;

@@ -32,6 +32,7 @@
 #include "sampler/prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -137,7 +138,7 @@ void run_generate(const GenerateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   auto show = [&](bool force) {
     if (!progress.on()) return;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = seconds_since(t0);
     const int64_t n = static_cast<int64_t>(samples.size());
     progress.show(fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s", Progress::bar(n, total, 30), n,
                               total, tokens, secs > 0 ? tokens / secs : 0.0),
@@ -150,7 +151,7 @@ void run_generate(const GenerateArgs& a) {
     for (auto& s : done) samples.push_back(std::move(s));
     show(false);
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = seconds_since(t0);
   show(true);
   progress.clear();
   if (static_cast<int64_t>(samples.size()) != total)

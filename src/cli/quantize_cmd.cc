@@ -4,9 +4,9 @@
 #include <chrono>
 #include <map>
 
-#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "io/mx_file.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "experiments/report.h"
+#include "util/clock.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -26,13 +27,13 @@ void run(ReportArgs a) {
   exp::run_report(
       a.cfg,
       [&](const std::string& line) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s = seconds_since(t0);
         fmt::print(stderr, "report: [{} {:.0f} s] {}\n", ++n, s, line);
       },
       Exec{&pool});
   fmt::print(stderr, "report: wrote {}/README.md{} in {:.0f} s\n", a.cfg.out,
              a.cfg.render ? " and its plots" : " (not rendered)",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+             seconds_since(t0));
 }
 
 void add_options(CLI::App* c, ReportArgs& a) {

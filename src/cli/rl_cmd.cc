@@ -10,6 +10,7 @@
 #include "cli/rl_cli.h"
 #include "cli/sft_cli.h"
 #include "rl/distributed.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"
 #include "util/thread_pool.h"
@@ -105,7 +106,7 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
   MetricsSink metrics(a.metrics);
   Progress progress;
   const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto elapsed = [&] { return seconds_since(t0); };
   const int64_t first = run.step();
   rl::RlEvents ev;
   ev.on_step = [&](const rl::RlStepStats& st) {

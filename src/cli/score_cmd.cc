@@ -13,6 +13,7 @@
 #include "model/compressed_tensors.h"
 #include "model/score.h"
 #include "util/atomic_file.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/json_read.h"
 #include "util/thread_pool.h"
@@ -85,7 +86,7 @@ void run_score(const ScoreArgs& a) {
     t0 = std::chrono::steady_clock::now();
     out = score_sequences(model, reqs, {a.batch_tokens, 0}, {&pool});
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = seconds_since(t0);
   std::string text;
   int64_t tokens = 0;
   for (const auto& lp : out) {

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/sft_cli.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"
 #include "util/thread_pool.h"
@@ -22,7 +23,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   const int64_t first = run.step();
   double ema_loss = -1;
   int64_t tokens = 0;
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto elapsed = [&] { return seconds_since(t0); };
   rl::SftEvents ev;
   ev.on_step = [&](int64_t step, const StepResult& r) {
     tokens += r.tokens;

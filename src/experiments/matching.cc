@@ -18,6 +18,7 @@
 #include "sync/bundle.h"
 #include "sync/mismatch.h"
 #include "tasks/tasks.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 namespace mxrl::exp {
@@ -229,7 +230,7 @@ nlohmann::json run_matching(const MatchingConfig& cfg, const std::function<void(
         if (progress)
           progress(fmt::format("{} {} kernels, {}: KL {:.3g} [{:.3g}, {:.3g}], max |dlogp| {:.3g} ({:.1f} s)", preset,
                                kernels, s.label, kl.mean, kl.lo, kl.hi, dmax,
-                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count()));
+                               seconds_since(t)));
         all[{preset, kernels, s.label}] = std::move(p);
       }
   }
@@ -251,7 +252,7 @@ nlohmann::json run_matching(const MatchingConfig& cfg, const std::function<void(
                               {"change_pct", std::isfinite(r.mean) ? num((r.mean - 1) * 100) : nullptr}});
       }
     }
-  j["config"]["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  j["config"]["seconds"] = seconds_since(t0);
   return j;
 }
 

@@ -21,10 +21,10 @@
 #include "rl/warm_start.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
+#include "util/clock.h"
 #include "util/cpu.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
-#include "util/clock.h"
 
 #ifndef MXRL_REPORT_SCRIPT
 #define MXRL_REPORT_SCRIPT "scripts/report.py"
@@ -38,7 +38,6 @@ using Progress = std::function<void(const std::string&)>;
 std::vector<std::string> report_parts() { return {"matching", "rl-kl", "speed", "faults"}; }
 
 namespace {
-
 std::string today() {
   const std::time_t t = std::time(nullptr);
   char buf[32];

@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "kernels/ops_backward.h"
 #include "model/forward.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -261,7 +262,7 @@ std::vector<std::pair<int64_t, std::vector<float>>> Learner::shard_grads(const s
   for (size_t mb = 0; mb < mbs.size(); ++mb)
     if (!std::isnan(mb_loss[mb])) r.loss += mb_loss[mb], r.aux_loss += mb_aux[mb];
   if (!weighted) r.loss /= static_cast<double>(r.targets);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   if (info) *info = r;
   return out;
 }
@@ -282,7 +283,7 @@ StepResult Learner::step(const std::vector<Sequence>& batch, float temperature) 
     PhaseTimer t(&r.times, Phase::Optimizer);
     r.optim = opt_.step(params_, grads, exec_);
   }
-  r.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  r.optimizer_seconds = seconds_since(t1);
   model_.reset();  // the masters changed: new forward weights on next use
   const auto t2 = std::chrono::steady_clock::now();
   r.seconds = std::chrono::duration<double>(t2 - t0).count();

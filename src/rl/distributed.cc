@@ -14,15 +14,14 @@
 #include "sampler/sample_io.h"
 #include "sync/faults.h"
 #include "util/bytes.h"
-#include "util/error.h"
 #include "util/clock.h"
+#include "util/error.h"
 
 namespace mxrl::rl {
 
 using nlohmann::json;
 
 namespace {
-
 // Commands, broadcast by rank 0 on the learner or the sampler communicator.
 enum Cmd : uint8_t { kInit = 1, kGenerate = 2, kSync = 3, kTrain = 4, kStop = 9 };
 // Point-to-point tags (to rank 0).

@@ -13,9 +13,9 @@
 #include "sampler/sample_io.h"
 #include "sync/faults.h"
 #include "sync/mismatch.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/json_read.h"
-#include "util/clock.h"
 
 namespace mxrl::rl {
 

@@ -10,6 +10,7 @@
 #include "learner/train_state.h"
 #include "model/checkpoint.h"
 #include "sampler/engine.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/json_read.h"
 
@@ -130,7 +131,7 @@ EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task,
   }
   r.total = count;
   r.accuracy = count > 0 ? static_cast<double>(r.correct) / static_cast<double>(count) : 0.0;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 

@@ -9,9 +9,9 @@
 #include "model/score.h"
 #include "sampler/sampling.h"
 #include "sync/mismatch.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/text.h"
-#include "util/clock.h"
 
 namespace mxrl::sync {
 
@@ -38,7 +38,6 @@ const std::vector<std::string>& check_names() {
 }
 
 namespace {
-
 bool high_precision(const TensorDigest& d) { return d.part == "bf16" || d.part == "f32"; }
 
 using Key = std::pair<std::string, std::string>;  // (name, part)

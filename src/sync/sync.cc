@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "sync/faults.h"
-#include "util/error.h"
 #include "util/clock.h"
+#include "util/error.h"
 
 namespace mxrl::sync {
 
