@@ -35,6 +35,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "util/run_dir.h"
 
 namespace mxrl::cli {
 
@@ -76,11 +77,7 @@ void run_generate(const GenerateArgs& a) {
   sp.top_k = a.top_k;
   sp.validate();
   PrecisionPlan plan = PrecisionPlan::resolve(a.plan);  // fail fast on a bad plan
-  {
-    const std::filesystem::path parent = std::filesystem::path(a.out).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      fail("{}: the output directory {} does not exist", a.out, parent.string());
-  }
+  make_parent_dirs(a.out);
   const ModelConfig cfg = load_model_config(a.model);
   const TokenizerFiles tok_files = load_tokenizer_files(a.model);
   std::optional<tok::Tokenizer> tk;

@@ -243,8 +243,8 @@ TEST_F(GenerateCmd, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
       {base + "--prompts " + in + " --stop 5000", 1, "--stop 5000: unknown token id"},
       {base + "--prompts " + in + " --plan bogus", 1, "bogus"},
       {base + "--prompts " + path("missing.jsonl"), 2, "missing.jsonl"},
-      {fmt::format("generate --model {} --prompts {} --out {}", model_, in, path("nodir/out.jsonl")), 1,
-       "does not exist"},
+      {fmt::format("generate --model {} --prompts {} --out {}", model_, in, in + "/out.jsonl"), 1,
+       "cannot create the folder"},  // its parent is a file (a missing one is made)
   };
   // Bad prompt files: the error names file:line (line 3, after a blank line).
   struct BadLine {

@@ -9,6 +9,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "util/run_dir.h"
 
 namespace mxrl::cli {
 
@@ -45,6 +46,7 @@ void add_quantize_commands(CLI::App& app) {
     cfg.seed = args->seed;
     ThreadPool pool(args->threads);
     const auto t0 = std::chrono::steady_clock::now();
+    make_parent_dirs(args->out);
     const MxFileStats s = quantize_file(args->in, args->out, cfg, {&pool});
     fmt::print(stderr, "quantized {} tensors ({} values) to {} {} {}: {:.1f} MB -> {:.1f} MB in {:.2f} s\n",
                s.tensors, s.elements, args->elem, args->rule, args->axis, s.bytes_in / 1e6,
@@ -59,6 +61,7 @@ void add_quantize_commands(CLI::App& app) {
   d->callback([dargs] {
     ThreadPool pool(dargs->threads);
     const auto t0 = std::chrono::steady_clock::now();
+    make_parent_dirs(dargs->out);
     const MxFileStats s = dequantize_file(dargs->in, dargs->out, {&pool});
     fmt::print(stderr, "dequantized {} tensors ({} values) in {:.2f} s\n", s.tensors, s.elements,
                seconds_since(t0));

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <optional>
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
@@ -161,29 +160,11 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
 namespace {
 struct RlCmdArgs : RlCliArgs {
   std::string model, data, resume, config;
+  bool overwrite = false;
 };
 }  // namespace
 
 namespace {
-
-// mpirun -np L+S mxrl rl ... --learners L --samplers S: rank 0 runs the loop
-// below with the cluster doing rollout, training and sync; the others serve.
-void run_distributed(RlCmdArgs& a, CLI::App* c, const Exec& exec) {
-  mpi::Session session(nullptr, nullptr);
-  rl::Cluster cluster(a.learners, a.samplers);
-  if (!cluster.coordinator()) return cluster.serve(exec);
-  std::optional<rl::RlRun> run;  // outlives stop(), which compares the learners' weights with its own
-  try {
-    auto remote = cluster.remote(exec);
-    run.emplace(a.resume.empty() ? rl::RlRun::start_remote(a.model, a.cfg, remote, exec)
-                                 : rl::RlRun::resume_remote(a.resume, remote, exec));
-    run_rl_cli(a, *run);
-  } catch (const Error&) {
-    cluster.stop(run.has_value());  // every other rank ends cleanly (or the job is aborted mid-exchange); then the error
-    throw;
-  }
-  cluster.stop();
-}
 
 void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   if (!a.config.empty()) apply_config_file(c, a.config);
@@ -191,27 +172,15 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
-  const bool distributed = a.learners > 0 || a.samplers > 0;
-  if (distributed && (a.learners < 1 || a.samplers < 1))
-    fail("a distributed run needs both --learners L and --samplers S (each at least 1), got {} and {}", a.learners,
-         a.samplers);
   if (!a.resume.empty()) {
     for (const char* opt : rl_option_names())
       if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
-    if (distributed) return run_distributed(a, c, exec);
-    rl::RlRun run = rl::RlRun::resume(a.resume, exec);
-    run_rl_cli(a, run);
-    return;
+  } else {
+    apply_rl_options(a);
   }
-  if (a.model.empty()) fail("give --model DIR (or --resume STATE_DIR)");
-  if (!a.data.empty()) {
-    if (c->count("--task") > 0) fail("give --task or --data, not both");
-    a.cfg.task = "jsonl:" + a.data;
-  }
-  apply_rl_options(a);
-  if (distributed) return run_distributed(a, c, exec);
-  rl::RlRun run = rl::RlRun::start(a.model, a.cfg, exec);
-  run_rl_cli(a, run);
+  const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
+                         [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
+  rl::run_rl_job(spec, a.cfg, a.learners, a.samplers, exec, [&](rl::RlRun& run) { run_rl_cli(a, run); });
 }
 }  // namespace
 
@@ -225,6 +194,7 @@ void add_rl_command(CLI::App& app) {
   c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
       ->check(CLI::ExistingFile);
   c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
+  c->add_flag("--overwrite", a->overwrite, "Start a new run in an --out that holds another run's checkpoints (they are removed)");
   c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps (0: only final)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step, sync and evaluation");

@@ -1,7 +1,11 @@
 // mxrl rl, run as a user would: a short run with its metrics, --config with
 // flags overriding it, one-line errors for bad settings, refusals.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -128,6 +132,59 @@ TEST_F(RlCmd, FaultsListsEveryFaultAndWritesTheMatrix) {
   EXPECT_EQ(stale["per_step"]["reward"]["fault"].size(), 1u);
   EXPECT_EQ(stale["per_step"]["kl_mean"]["clean"].size(), 1u);
   EXPECT_NE(testing_cli::slurp(path("fm/faults.md")).find("| dense | stale-plan | 5 freshness |"), std::string::npos);
+}
+
+// The run folder is its own: made with the metrics file's folder inside it;
+// a second writer is refused naming the holder; another run's checkpoints are
+// refused unless --overwrite; a resume continues in its own folder, removing
+// what a killed save left there and saying so.
+TEST_F(RlCmd, ARunsFolderIsItsOwn) {
+  const std::string d = path("runs/a"), run = "rl --model " + model() + " --out " + d;
+  auto r = run_mxrl(dir_, run + " --metrics " + d + "/logs/m.jsonl --steps 2 --save-every 1" + kSmall);
+  ASSERT_EQ(r.rc, 0) << r.err;  // neither runs/a nor runs/a/logs existed
+  const auto m = read_jsonl(d + "/logs/m.jsonl");
+  EXPECT_EQ(std::count_if(m.begin(), m.end(), [](const nlohmann::json& j) { return j.contains("reward_mean"); }), 2);
+  const std::string final_model = testing_cli::slurp(d + "/final/model.safetensors");
+
+  r = run_mxrl(dir_, run + " --steps 2" + kSmall);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err, "mxrl: error: " + d + ": holds another run's checkpoints (final, step-000001, step-000002); "
+                   "resume one of them with --resume, choose another output folder, or pass --overwrite to "
+                   "replace them\n");
+
+  {  // Another writer holds the folder.
+    const int fd = ::open((d + "/run.lock").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    const std::string holder = "pid 4242 on host elsewhere, since 2026-01-02 03:04:05 UTC: mxrl rl --out " + d + "\n";
+    ASSERT_EQ(::ftruncate(fd, 0), 0);
+    ASSERT_EQ(::pwrite(fd, holder.data(), holder.size(), 0), static_cast<ssize_t>(holder.size()));
+    r = run_mxrl(dir_, "rl --resume " + d + "/step-000001 --out " + d);
+    ::close(fd);
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_EQ(r.err, "mxrl: error: " + d + ": another run is writing to this folder (pid 4242 on host elsewhere, "
+                     "since 2026-01-02 03:04:05 UTC: mxrl rl --out " + d + "); wait for it to end or choose another "
+                     "output folder\n");
+  }
+
+  // A killed save's leftovers; the resume removes them, says so, and ends where the run ended.
+  fs::create_directories(d + "/step-000002.partial-Ab12Cd");
+  fs::create_directories(d + "/final.partial-xY34zW");
+  r = run_mxrl(dir_, "rl --resume " + d + "/step-000001 --out " + d);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find(d + ": removed 2 folders left by an interrupted save: final.partial-xY34zW, "
+                           "step-000002.partial-Ab12Cd\n"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d + "/final.partial-xY34zW"));
+  EXPECT_EQ(testing_cli::slurp(d + "/final/model.safetensors"), final_model);
+  // The lock file names the last holder: this process's child, the command it ran.
+  EXPECT_NE(testing_cli::slurp(d + "/run.lock").find("rl --resume " + d + "/step-000001 --out " + d),
+            std::string::npos);
+
+  r = run_mxrl(dir_, run + " --steps 1 --overwrite" + kSmall);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find(d + ": removed another run's checkpoints (--overwrite): final, step-000001, step-000002\n"),
+            std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d + "/step-000002"));
 }
 
 }  // namespace

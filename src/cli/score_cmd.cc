@@ -17,6 +17,7 @@
 #include "util/error.h"
 #include "util/json_read.h"
 #include "util/thread_pool.h"
+#include "util/run_dir.h"
 
 namespace mxrl::cli {
 
@@ -56,6 +57,7 @@ std::vector<ScoreRequest> read_requests(const std::string& path, const ModelConf
 }
 
 void run_score(const ScoreArgs& a) {
+  make_parent_dirs(a.out);
   PrecisionPlan plan = PrecisionPlan::resolve(a.plan);  // fail fast on a bad plan
   // The config first (cheap), so that a bad input line fails before the weights load.
   const auto reqs = read_requests(a.in, load_model_config(a.model));

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/sft_cli.h"
+#include "rl/run_setup.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"
@@ -131,6 +132,7 @@ void apply_sft_options(SftCliArgs& a) { apply_schedule(a.cfg.learner, a.schedule
 namespace {
 struct SftCmdArgs : SftCliArgs {
   std::string model, data, resume;
+  bool overwrite = false;
 };
 
 void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
@@ -143,18 +145,13 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
     fixed.insert(fixed.end(), learner_option_names().begin(), learner_option_names().end());
     for (const char* opt : fixed)
       if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
-    rl::SftRun run = rl::SftRun::resume(a.resume, exec);
-    run_sft_cli(a, run);
-    return;
+  } else {
+    apply_sft_options(a);
   }
-  if (a.model.empty()) fail("give --model DIR (or --resume STATE_DIR)");
-  if (!a.data.empty()) {
-    if (c->count("--task") > 0) fail("give --task or --data, not both");
-    a.cfg.task = "jsonl:" + a.data;
-  }
-  apply_sft_options(a);
-  rl::SftRun run = rl::SftRun::start(a.model, a.cfg, exec);
-  run_sft_cli(a, run);
+  const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
+                         [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
+  rl::SftSession s = rl::open_sft(spec, a.cfg, exec);
+  run_sft_cli(a, s.run);
 }
 }  // namespace
 
@@ -165,6 +162,7 @@ void add_sft_command(CLI::App& app) {
   c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")->check(CLI::ExistingFile);
   c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")->check(CLI::ExistingDirectory);
   c->add_option("--out", a->out, "Output directory: step-NNNNNN/ every --save-every steps, and final/")->required();
+  c->add_flag("--overwrite", a->overwrite, "Start a new run in an --out that holds another run's checkpoints (they are removed)");
   c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps (0: only final)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step and per evaluation");

@@ -1,6 +1,7 @@
 // mxrl sft / demo / bench train / score --engine, run as a user would.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -124,6 +125,69 @@ TEST_F(SftCmd, BenchTrainSweepFitsBothRecipes) {
   EXPECT_TRUE(j["crossover"].contains("mxfp8"));
   r = run_mxrl(dir_, "bench train --tokens 100 --seq-len 64");
   EXPECT_EQ(r.rc, 1);
+}
+
+// A resume verifies what it resumes from: a flipped byte in the tensor data
+// is refused naming the file. A dataset line longer than the model's
+// positions allow is refused while reading, naming the file and line.
+TEST_F(SftCmd, AResumeVerifiesItsStateAndALongDatasetLineIsRefused) {
+  const std::string common = " --task addition:digits=1 --batch-size 4 --eval-problems 2 --recipe bf16 --threads 2";
+  auto r = run_mxrl(dir_, "sft --model " + model() + common + " --steps 2 --save-every 1 --out " + path("run"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string weights = path("run/step-000001/model.safetensors");
+  std::string b = slurp(weights);
+  b[b.size() - 100] ^= 0x01;
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << b;
+  r = run_mxrl(dir_, "sft --resume " + path("run/step-000001") + " --out " + path("run"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err.rfind("mxrl: error: " + weights + ": XXH3 is ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  // The small model has 128 positions: lines up to 128 * 128 + 4096 bytes.
+  std::ofstream(path("data.jsonl")) << "{\"prompt\": \"ab=\", \"answer\": \"ba\"}\n{\"prompt\": \""
+                                    << std::string(1 << 20, 'x') << "\", \"answer\": \"y\"}\n";
+  r = run_mxrl(dir_, "sft --model " + model() + " --data " + path("data.jsonl") + " --steps 1 --out " + path("d"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err, "mxrl: error: " + path("data.jsonl") + ":2: line longer than 20480 bytes, more than the model's "
+                   "positions allow\n");
+}
+
+// Every output a command names gets its parent folders.
+TEST_F(SftCmd, OutputsGetTheirParentFolders) {
+  std::ofstream(path("seq.jsonl")) << "{\"tokens\": [1, 2, 3, 4], \"prompt_len\": 1}\n";
+  std::ofstream(path("prompts.jsonl")) << "{\"prompt\": \"1+2=\"}\n";
+  {  // One F32 tensor of 1 x 32 ones, for quantize.
+    const std::string header = R"({"x":{"dtype":"F32","shape":[1,32],"data_offsets":[0,128]}})";
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    bytes += header;
+    for (int i = 0; i < 32; ++i) bytes += std::string("\x00\x00\x80\x3f", 4);
+    std::ofstream(path("x.safetensors"), std::ios::binary) << bytes;
+  }
+  const std::string m = model();
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"sft --model " + m + " --task addition:digits=1 --steps 1 --batch-size 2 --eval-problems 0 --samples 0 --out " +
+           path("o/sft") + " --metrics " + path("o/logs/sft.jsonl"),
+       "o/logs/sft.jsonl"},
+      {"score --model " + m + " --in " + path("seq.jsonl") + " --out " + path("o/score/lp.jsonl"), "o/score/lp.jsonl"},
+      {"generate --model " + m + " --prompts " + path("prompts.jsonl") + " --max-new-tokens 2 --out " +
+           path("o/gen/out.jsonl"),
+       "o/gen/out.jsonl"},
+      {"quantize " + path("x.safetensors") + " " + path("o/q/mx.safetensors") + " --elem e4m3 --scale-rule rceil",
+       "o/q/mx.safetensors"},
+      {"dequantize " + path("o/q/mx.safetensors") + " " + path("o/dq/f32.safetensors"), "o/dq/f32.safetensors"},
+      {"sync export --sync ship --model " + m + " --out " + path("o/bundle/b.safetensors"), "o/bundle/b.safetensors"},
+      {"sync dump --model " + m + " --out " + path("o/dump/d.safetensors") + " --previous-out " +
+           path("o/prev/p.safetensors"),
+       "o/prev/p.safetensors"},
+      {"init --config " + path("small.toml") + " --out " + path("o/init/deep/model"), "o/init/deep/model/config.json"},
+      {"export --format compressed-tensors --model " + m + " --out " + path("o/export/mx"), "o/export/mx/config.json"},
+  };
+  for (const auto& [args, file] : runs) {
+    const auto r = run_mxrl(dir_, args);
+    EXPECT_EQ(r.rc, 0) << args << "\n" << r.err;
+    EXPECT_TRUE(fs::exists(path(file))) << args;
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "sync/sync.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "util/run_dir.h"
 
 namespace mxrl::cli {
 
@@ -39,6 +40,7 @@ struct InspectArgs {
 };
 
 void run_export(const ExportArgs& a) {
+  make_parent_dirs(a.out);
   const sync::SyncMode mode = sync::parse_sync_mode(a.sync);
   Recipe recipe;
   recipe.plan = a.recipe, recipe.hybrid = a.hybrid, recipe.floor = a.floor;
@@ -67,6 +69,8 @@ std::vector<std::string> dump_fault_names() {
 }
 
 void run_dump(const DumpArgs& a) {
+  make_parent_dirs(a.out);
+  if (!a.previous_out.empty()) make_parent_dirs(a.previous_out);
   const sync::SyncMode mode = sync::parse_sync_mode(a.sync);
   const sync::Naming naming = sync::parse_naming(a.naming);
   Recipe recipe;

@@ -7,7 +7,16 @@
 //   optimizer.safetensors                "m.<param name>" and "v.<param name>",
 //                                        F32, the param shapes
 //   trainer_state.json                   {"format": "mxrl-train-state",
-//                                         "version": 1, "step": N, "meta": {...}}
+//                                         "version": 2, "step": N, "meta": {...},
+//                                         "files": [further files],
+//                                         "shapes": {param: [dims]},
+//                                         "xxh3": {file: 16 hex digits}}
+//
+// "xxh3" holds the XXH3-64 (seed 0) of every other file of the directory, as
+// written; a load checks each one before it reads anything else, so a
+// flipped byte anywhere is refused naming the file. "shapes" records the
+// model's parameters: a directory whose model does not match them is
+// refused. Version 1 (without both) is refused.
 //
 // The directory is built next to its destination and swapped into place
 // (write_dir_atomic): a failed save leaves an existing directory untouched.
@@ -38,7 +47,7 @@ struct TrainState {
 };
 
 inline constexpr const char* kTrainStateFormat = "mxrl-train-state";
-inline constexpr int kTrainStateVersion = 1;
+inline constexpr int kTrainStateVersion = 2;
 
 // Throws mxrl::Error naming `dir` (or the file) when the state is inconsistent
 // (params of another config, moments of the wrong size, negative step, meta
@@ -48,7 +57,10 @@ void save_train_state(const std::string& dir, const TrainState& s);
 // Validates everything and throws mxrl::Error naming the file and the
 // problem: the checkpoint (as load_checkpoint; weights must be F32), a
 // missing optimizer.safetensors or trainer_state.json, invalid JSON, wrong
-// format or version, a bad step, missing/extra/mis-typed/mis-shaped moments.
+// format or version, a bad step, missing/extra/mis-typed/mis-shaped moments,
+// a file whose XXH3 is not the recorded one (or that the record misses), a
+// model whose parameters are not the recorded shapes, and moments that hold
+// a non-finite value (NaN or infinity: resuming from them trains on garbage).
 TrainState load_train_state(const std::string& dir);
 
 }  // namespace mxrl

@@ -18,6 +18,8 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 
+#include <xxhash.h>
+
 namespace mxrl {
 namespace {
 
@@ -52,6 +54,8 @@ TrainState make_state(bool moe, uint32_t seed) {
   s.v.resize(s.params.numel());
   fill_random(s.m, seed + 1);
   fill_random(s.v, seed + 2);
+  // Moments are finite (a load refuses others): a negative denormal and the largest float instead.
+  for (std::vector<float>* x : {&s.m, &s.v}) (*x)[2] = from_bits(0x80000001u), (*x)[3] = from_bits(0x7f7fffffu);
   s.step = 1234567890123;
   s.meta = nlohmann::json::parse(R"({
     "run": {"lr": 0.30000000000000004, "name": "grpo \u00e9", "tasks": ["add", "sort"]},
@@ -83,6 +87,19 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "<no error>";
+}
+
+// Records the files' XXH3 as they are now in DIR/trainer_state.json, as a
+// save would have: for states changed on purpose past the digests.
+void reseal(const fs::path& dir) {
+  nlohmann::json j = nlohmann::json::parse(slurp(dir / "trainer_state.json"));
+  j["xxh3"] = nlohmann::json::object();
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != "trainer_state.json") {
+      const std::string b = slurp(e.path());
+      j["xxh3"][e.path().filename().string()] = fmt::format("{:016x}", XXH3_64bits(b.data(), b.size()));
+    }
+  spit(dir / "trainer_state.json", j.dump(2));
 }
 
 void expect_same(const TrainState& a, const TrainState& b) {
@@ -151,7 +168,9 @@ TEST_F(TrainStateTest, RoundTripIsBitwise) {
     }
     const nlohmann::json j = nlohmann::json::parse(slurp(dir / "trainer_state.json"));
     EXPECT_EQ(j["format"], "mxrl-train-state");
-    EXPECT_EQ(j["version"], 1);
+    EXPECT_EQ(j["version"], 2);
+    EXPECT_EQ(j["xxh3"].size(), 5u);  // every other file
+    EXPECT_EQ(j["shapes"].size(), s.params.entries().size());
     EXPECT_EQ(j["step"], 1234567890123);
     EXPECT_EQ(j["meta"], s.meta);
   }
@@ -238,6 +257,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
     for (const auto& t : f.tensors()) edit(w, t);
     fs::remove(opt);
     w.write(opt);
+    reseal(dir);  // past the digests, to the structural checks
   };
   auto set_state = [&](const std::string& text) { spit(state, text); };
 
@@ -245,20 +265,20 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
   expect_error([&] { fs::remove(state); }, state, "missing");
   expect_error([&] { set_state("{\"format\": "); }, state, "not valid JSON");
   expect_error([&] { set_state("[1, 2]"); }, state, "expected a JSON object");
-  expect_error([&] { set_state(R"({"format": "hf-trainer", "version": 1, "step": 1, "meta": {}})"); }, state,
+  expect_error([&] { set_state(R"({"format": "hf-trainer", "version": 2, "step": 1, "meta": {}})"); }, state,
                "format is \"hf-trainer\"");
-  expect_error([&] { set_state(R"({"version": 1, "step": 1, "meta": {}})"); }, state, "no \"format\"");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": 1, "meta": {}})"); },
-               state, "unsupported version 2");
+  expect_error([&] { set_state(R"({"version": 2, "step": 1, "meta": {}})"); }, state, "no \"format\"");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "step": 1, "meta": {}})"); },
+               state, "unsupported version 1 (this build reads version 2)");
   expect_error([&] { set_state(R"({"format": "mxrl-train-state", "step": 1, "meta": {}})"); }, state,
                "no \"version\"");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "step": -1, "meta": {}})"); },
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": -1, "meta": {}})"); },
                state, "step must be a non-negative integer");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "step": "3", "meta": {}})"); },
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": "3", "meta": {}})"); },
                state, "step must be a non-negative integer");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "meta": {}})"); }, state,
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "meta": {}})"); }, state,
                "no \"step\"");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "step": 3})"); }, state,
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": 3})"); }, state,
                "no \"meta\"");
   expect_error(
       [&] {
@@ -306,6 +326,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
       [&] {
         fs::remove(dir / "model.safetensors");
         write_checkpoint_files(dir.string(), good.config, good.params, st::DType::BF16);
+        reseal(dir);
       },
       dir.string(), "F32 master weights");
   expect_error([&] { fs::remove(dir / "model.safetensors"); }, (dir / "model.safetensors").string(), "");
@@ -397,6 +418,104 @@ TEST_F(TrainStateTest, WriteDirAtomicCreatesParentsAndReplaces) {
   write_dir_atomic("rel", [](const std::string& tmp) { write_file_atomic(tmp + "/x", "x"); });
   fs::current_path(cwd);
   EXPECT_EQ(slurp(root_ / "rel" / "x"), "x");
+}
+
+// One flipped byte anywhere in the state (here deep in the tensor data, where
+// every structural check passes) is refused naming the file; so are a file the
+// digests do not cover and a recorded file that is gone.
+TEST_F(TrainStateTest, AFileThatChangedAfterTheSaveIsRefusedNamingIt) {
+  TrainState good = make_state(false, 7);
+  good.files["rollout.bin"] = "pending samples";
+  const fs::path dir = root_ / "state";
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "config.json", "tokenizer.json", "rollout.bin"}) {
+    fs::remove_all(dir);
+    save_train_state(dir.string(), good);
+    const fs::path p = dir / file;
+    std::string b = slurp(p);
+    b[b.size() - 3] ^= 0x10;
+    spit(p, b);
+    const std::string msg = error_of([&] { load_train_state(dir.string()); });
+    EXPECT_EQ(msg.rfind(p.string() + ": XXH3 is ", 0), 0u) << file << ": " << msg;
+    EXPECT_NE(msg.find("trainer_state.json recorded "), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  fs::remove_all(dir);
+  save_train_state(dir.string(), good);
+  spit(dir / "extra.bin", "x");
+  EXPECT_EQ(error_of([&] { load_train_state(dir.string()); }),
+            (dir / "extra.bin").string() + ": not covered by the XXH3 digests in trainer_state.json");
+  fs::remove(dir / "extra.bin");
+  fs::remove(dir / "tokenizer_config.json");
+  EXPECT_EQ(error_of([&] { load_train_state(dir.string()); }),
+            (dir / "tokenizer_config.json").string() + ": missing (its XXH3 is recorded in trainer_state.json)");
+  // A state without digests (version 1 wrote none) is refused.
+  nlohmann::json j = nlohmann::json::parse(slurp(dir / "trainer_state.json"));
+  j.erase("xxh3");
+  spit(dir / "trainer_state.json", j.dump());
+  EXPECT_EQ(error_of([&] { load_train_state(dir.string()); }),
+            (dir / "trainer_state.json").string() + ": no \"xxh3\" object (the files' digests)");
+}
+
+// An Inf in v (or a NaN in m) resumes into garbage: refused, naming the tensor.
+TEST_F(TrainStateTest, NonFiniteOptimizerStateIsRefused) {
+  const TrainState good = make_state(false, 8);
+  const fs::path dir = root_ / "state";
+  const std::string opt = (dir / "optimizer.safetensors").string();
+  for (const float bad : {INFINITY, -INFINITY, NAN}) {
+    fs::remove_all(dir);
+    save_train_state(dir.string(), good);
+    const std::string bytes = slurp(opt);
+    const st::File f = st::File::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), opt);
+    st::Writer w;
+    std::vector<float> edited;
+    for (const auto& t : f.tensors()) {
+      if (t.name != (std::isnan(bad) ? "m.model.norm.weight" : "v.model.norm.weight")) {
+        w.add_view(t.name, t.dtype, t.shape, t.data);
+        continue;
+      }
+      edited.resize(t.data.size() / 4);
+      std::memcpy(edited.data(), t.data.data(), t.data.size());
+      edited[5] = bad;
+      w.add_view(t.name, t.dtype, t.shape, std::as_bytes(std::span<const float>(edited)));
+    }
+    fs::remove(opt);
+    w.write(opt);
+    reseal(dir);  // a state saved that way, not one corrupted after the save
+    const std::string msg = error_of([&] { load_train_state(dir.string()); });
+    EXPECT_EQ(msg, opt + ": tensor '" + (std::isnan(bad) ? "m" : "v") + ".model.norm.weight' holds " +
+                       (std::isnan(bad) ? "NaN" : bad > 0 ? "+inf" : "-inf") +
+                       " at element 5; the optimizer state must be finite");
+  }
+}
+
+// A state whose model (config, weights and moments, consistent among
+// themselves) is not the one it recorded is refused.
+TEST_F(TrainStateTest, AModelThatDoesNotMatchTheRecordedShapesIsRefused) {
+  const fs::path a = root_ / "a", b = root_ / "b";
+  save_train_state(a.string(), make_state(false, 9));
+  TrainState other = make_state(false, 9);
+  other.config.intermediate_size *= 2;
+  other.params = ParamTable(other.config);
+  other.params.storage().assign(other.params.numel(), 0.5f);
+  other.m.assign(other.params.numel(), 0.0f);
+  other.v.assign(other.params.numel(), 0.0f);
+  save_train_state(b.string(), other);
+  for (const char* f : {"config.json", "model.safetensors", "optimizer.safetensors"})
+    fs::copy_file(b / f, a / f, fs::copy_options::overwrite_existing);
+  reseal(a);
+  const std::string msg = error_of([&] { load_train_state(a.string()); });
+  EXPECT_EQ(msg.rfind((a / "trainer_state.json").string() + ": the model's parameter 'model.layers.0.mlp.", 0), 0u)
+      << msg;
+  EXPECT_NE(msg.find("the state recorded ["), std::string::npos) << msg;
+  // A recorded parameter the model lacks.
+  fs::remove_all(a);
+  save_train_state(a.string(), make_state(false, 9));
+  nlohmann::json j = nlohmann::json::parse(slurp(a / "trainer_state.json"));
+  j["shapes"]["model.layers.9.mlp.up_proj.weight"] = {4, 4};
+  spit(a / "trainer_state.json", j.dump());
+  EXPECT_EQ(error_of([&] { load_train_state(a.string()); }),
+            (a / "trainer_state.json").string() +
+                ": the state recorded parameter 'model.layers.9.mlp.up_proj.weight' [4, 4], which the model lacks");
 }
 
 }  // namespace

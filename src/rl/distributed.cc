@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -534,6 +535,36 @@ void Cluster::serve(const Exec& exec) {
   } catch (const std::exception& e) {
     die(who, e.what());
   }
+}
+
+void run_rl_job(const RunSpec& spec, const RlConfig& cfg, int learners, int samplers, const Exec& exec,
+                const std::function<void(RlRun&)>& body) {
+  const bool distributed = learners > 0 || samplers > 0;
+  if (distributed && (learners < 1 || samplers < 1))
+    fail("a distributed run needs both --learners L and --samplers S (each at least 1), got {} and {}", learners,
+         samplers);
+  if (!distributed) {
+    RlSession s = open_rl(spec, cfg, exec);
+    body(s.run);
+    return;
+  }
+  check_spec(spec);
+  if (spec.resume.empty()) (void)task_of(spec, cfg.task);  // refused before MPI starts
+  // mpirun -np L+S mxrl rl ... --learners L --samplers S: rank 0 runs the
+  // loop with the cluster doing rollout, training and sync; the others serve.
+  mpi::Session session(nullptr, nullptr);
+  Cluster cluster(learners, samplers);
+  if (!cluster.coordinator()) return cluster.serve(exec);
+  std::optional<RlSession> run;  // outlives stop(), which compares the learners' weights with its own
+  try {
+    auto remote = cluster.remote(exec);
+    run.emplace(open_rl(spec, cfg, exec, std::move(remote)));
+    body(run->run);
+  } catch (const Error&) {
+    cluster.stop(run.has_value());  // every other rank ends cleanly (or the job is aborted mid-exchange); then the error
+    throw;
+  }
+  cluster.stop();
 }
 
 }  // namespace mxrl::rl

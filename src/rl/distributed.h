@@ -30,9 +30,11 @@
 // reports the error. An error on another rank is printed with its rank and
 // aborts the job (MPI_Abort).
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "rl/grpo.h"
+#include "rl/run_setup.h"
 #include "sync/mpi_channel.h"
 #include "util/exec.h"
 
@@ -66,5 +68,15 @@ class Cluster {
   int learners_, world_rank_ = 0;
   std::unique_ptr<State> st_;
 };
+
+// A whole RL job, as `mxrl rl` runs it. learners == 0 and samplers == 0:
+// one process (open_rl, then body). Otherwise (under mpirun; both must be at
+// least 1): MPI starts, rank 0 opens the output folder and the run with the
+// cluster as its remote half, runs body and then stops every other rank
+// (comparing the learners' weights with its own); the other ranks serve
+// until stopped. An error on rank 0 stops the others cleanly (or aborts the
+// job mid-exchange) and propagates.
+void run_rl_job(const RunSpec& spec, const RlConfig& cfg, int learners, int samplers, const Exec& exec,
+                const std::function<void(RlRun&)>& body);
 
 }  // namespace mxrl::rl

@@ -179,7 +179,7 @@ void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std
   cfg_.validate();
   faults_ = FaultPlan::parse(cfg_.inject);
   exec_ = exec;
-  if (!task_) task_ = tasks::make_task(cfg_.task);
+  if (!task_) task_ = tasks::make_task(cfg_.task, params.config().max_position_embeddings);
   setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
                            cfg_.max_new_tokens, 200);
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);

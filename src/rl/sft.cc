@@ -161,7 +161,7 @@ void SftRun::init(ParamTable params, const std::string& tokenizer_json, const st
                   const Exec& exec) {
   cfg_.validate();
   exec_ = exec;
-  task_ = tasks::make_task(cfg_.task);
+  task_ = tasks::make_task(cfg_.task, params.config().max_position_embeddings);
   setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
                            cfg_.max_new_tokens, std::max<int64_t>(cfg_.eval_problems, 1));
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);

@@ -16,14 +16,36 @@ namespace {
 
 constexpr uint64_t kDatasetStreamTag = 0x6A736F6E6Cull;  // "jsonl"
 
-std::string read_file(const std::string& path) {
+[[noreturn]] void line_too_long(const std::string& path, size_t line_no, int64_t max_line_bytes) {
+  fail("{}:{}: line longer than {} bytes, more than the model's positions allow", path, line_no, max_line_bytes);
+}
+
+// The file's bytes; with max_line_bytes > 0, stops at the first line longer
+// than that (counting lines from 1), having read at most one buffer past it.
+std::string read_file(const std::string& path, int64_t max_line_bytes) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail("{}: cannot read: {}", path, std::strerror(errno));
   std::string data;
   char buf[1 << 16];
+  size_t line_start = 0, line_no = 1, scanned = 0;
   for (;;) {
     const size_t n = std::fread(buf, 1, sizeof buf, f);
     data.append(buf, n);
+    if (max_line_bytes > 0) {
+      const size_t max = static_cast<size_t>(max_line_bytes);
+      for (;;) {
+        const size_t nl = data.find('\n', scanned);
+        const size_t end = nl == std::string::npos ? data.size() : nl;
+        if (end - line_start > max) {
+          std::fclose(f);
+          line_too_long(path, line_no, max_line_bytes);
+        }
+        if (nl == std::string::npos) break;
+        line_start = scanned = nl + 1;
+        ++line_no;
+      }
+      scanned = data.size();
+    }
     if (n < sizeof buf) break;
   }
   const bool bad = std::ferror(f);
@@ -35,7 +57,7 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::string& path) {
+std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::string& path, int64_t max_line_bytes) {
   using nlohmann::json;
   std::unique_ptr<JsonlTask> t(new JsonlTask());
   t->path_ = path;
@@ -46,6 +68,8 @@ std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::st
     const size_t nl = std::min(text.find('\n', pos), text.size());
     const std::string_view line = text.substr(pos, nl - pos);
     pos = nl + 1;
+    if (max_line_bytes > 0 && line.size() > static_cast<size_t>(max_line_bytes))
+      line_too_long(path, line_no, max_line_bytes);
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const json j = jsonr::parse(line, fmt::format("{}:{}", path, line_no));
     if (!j.is_object()) fail("{}:{}: not a JSON object ({})", path, line_no, j.type_name());
@@ -85,6 +109,10 @@ Problem JsonlTask::generate(Split split, uint64_t seed, uint64_t index) const {
   return v[detail::permute(index % n, n, key)];
 }
 
-std::unique_ptr<Task> load_jsonl_task(const std::string& path) { return JsonlTask::parse(read_file(path), path); }
+int64_t jsonl_line_limit(int64_t max_positions) { return 128 * max_positions + 4096; }
+
+std::unique_ptr<Task> load_jsonl_task(const std::string& path, int64_t max_line_bytes) {
+  return JsonlTask::parse(read_file(path, max_line_bytes), path, max_line_bytes);
+}
 
 }  // namespace mxrl::tasks

@@ -8,6 +8,16 @@
 // "data.jsonl: empty file (no items)"; an unreadable one
 // "data.jsonl: cannot read: <strerror>".
 //
+// Line length: a line holds one prompt and its answer, which together must
+// fit the model's positions; given a model's max_position_embeddings P, a
+// line longer than jsonl_line_limit(P) = 128 * P + 4096 bytes is refused
+// while reading ("data.jsonl:7: line longer than N bytes ..."), before the
+// rest of it is read or any of it parsed. The bound is generous: a token of
+// a BPE vocabulary rarely covers more than 16 bytes of text, and JSON escapes
+// take at most 6 bytes per byte of it (a \\u escape), so 128 bytes per position
+// (plus 4 KiB for the keys and other fields) only refuses lines that cannot
+// fit. A 50 MB line is refused after reading ~64 KiB past the bound.
+//
 // Split: an item is in Eval iff is_eval_prompt(prompt) (tasks/tasks.h), the same
 // prompt hash as the built-in tasks (~10% of items). Fallback: if that leaves
 // either split empty, the last item (with every item sharing its prompt) goes
@@ -32,7 +42,8 @@ namespace mxrl::tasks {
 class JsonlTask : public Task {
  public:
   // Parses JSONL text; `path` names it in errors and in name().
-  static std::unique_ptr<JsonlTask> parse(std::string_view text, const std::string& path);
+  // max_line_bytes > 0: a longer line is refused (see above).
+  static std::unique_ptr<JsonlTask> parse(std::string_view text, const std::string& path, int64_t max_line_bytes = 0);
 
   std::string name() const override { return "jsonl:" + path_; }
   Problem generate(Split split, uint64_t seed, uint64_t index) const override;
@@ -49,7 +60,11 @@ class JsonlTask : public Task {
   bool fallback_ = false;
 };
 
-// Reads and parses a JSONL file (see above).
-std::unique_ptr<Task> load_jsonl_task(const std::string& path);
+// The longest line a model of max_positions positions can take (see above).
+int64_t jsonl_line_limit(int64_t max_positions);
+
+// Reads and parses a JSONL file (see above); max_line_bytes > 0 bounds each
+// line while reading (jsonl_line_limit of the model's positions).
+std::unique_ptr<Task> load_jsonl_task(const std::string& path, int64_t max_line_bytes = 0);
 
 }  // namespace mxrl::tasks

@@ -159,6 +159,44 @@ TEST_F(DatasetTest, FileErrors) {
   EXPECT_THROW(make_task("jsonl:" + missing), Error);
 }
 
+// A line longer than the model's positions allow is refused while reading,
+// naming the file and line, without reading the rest of it.
+TEST_F(DatasetTest, ALineLongerThanTheModelAllowsIsRefusedWhileReading) {
+  const int64_t limit = jsonl_line_limit(128);
+  EXPECT_EQ(limit, 128 * 128 + 4096);
+  const std::string ok = line("a", "b") + line(std::string(limit - 40, 'x'), "y") + line("c", "d");
+  const std::string path_ok = write("ok.jsonl", ok);
+  EXPECT_EQ(load_jsonl_task(path_ok, limit)->name(), "jsonl:" + path_ok);
+  // Line 3 (lines count from 1, the empty one too) is far longer; so is line 2 of the next, in the same buffer.
+  for (const auto& [text, bad_line] :
+       {std::pair<std::string, int>{line("a", "b") + "\n" + line(std::string(8 << 20, 'x'), "y") + line("c", "d"), 3},
+        std::pair<std::string, int>{line("a", "b") + line(std::string(limit, 'x'), "y") + line("c", "d"), 2}}) {
+    const std::string p = write("long.jsonl", text);
+    const std::string want = fmt::format("{}:{}: line longer than {} bytes, more than the model's positions allow",
+                                         p, bad_line, limit);
+    try {
+      load_jsonl_task(p, limit);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+    try {
+      make_task("jsonl:" + p, 128);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+    try {
+      JsonlTask::parse(text, p, limit);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+  // Without a model, no bound.
+  EXPECT_NO_THROW(load_jsonl_task(write("long.jsonl", line("a", "b") + line(std::string(limit, 'x'), "y"))));
+}
+
 TEST_F(DatasetTest, EachItemOncePerEpoch) {
   std::string text;
   for (int i = 0; i < 300; ++i) text += line("item " + std::to_string(i), std::to_string(i));

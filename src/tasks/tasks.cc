@@ -451,12 +451,12 @@ std::vector<std::string> task_names() {
   return names;
 }
 
-std::unique_ptr<Task> make_task(const std::string& spec) {
+std::unique_ptr<Task> make_task(const std::string& spec, int64_t max_positions) {
   const size_t colon = spec.find(':');
   const std::string name = spec.substr(0, colon);
   if (name == "jsonl") {
     if (colon == std::string::npos || colon + 1 == spec.size()) spec_fail(spec, "jsonl needs a path (jsonl:PATH)");
-    return load_jsonl_task(spec.substr(colon + 1));
+    return load_jsonl_task(spec.substr(colon + 1), max_positions > 0 ? jsonl_line_limit(max_positions) : 0);
   }
   const auto& defs = task_defs();
   const auto it = std::find_if(defs.begin(), defs.end(), [&](const TaskDef& d) { return name == d.name; });

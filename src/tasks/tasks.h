@@ -89,8 +89,10 @@ std::string_view trim_completion(std::string_view s);
 
 // Makes a task from a spec (see above). Throws mxrl::Error listing the known
 // task names and their options on an unknown name, unknown or repeated
-// option, or bad value; "jsonl:PATH" loads a dataset (load_jsonl_task).
-std::unique_ptr<Task> make_task(const std::string& spec);
+// option, or bad value; "jsonl:PATH" loads a dataset (load_jsonl_task),
+// refusing lines longer than a model of max_positions positions can take
+// (0: no bound).
+std::unique_ptr<Task> make_task(const std::string& spec, int64_t max_positions = 0);
 // The built-in task names: addition, multiplication, sort, countdown.
 std::vector<std::string> task_names();
 

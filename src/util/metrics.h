@@ -4,7 +4,7 @@
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 
-#include <fstream>
+#include <cstdio>
 #include <string>
 
 namespace mxrl {
@@ -12,14 +12,19 @@ namespace mxrl {
 class MetricsSink {
  public:
   MetricsSink() = default;
-  // Truncates `path`; throws mxrl::Error "PATH: cannot open for writing".
+  // Creates the parent folders and truncates `path`; throws mxrl::Error
+  // "PATH: cannot open for writing: <strerror>".
   explicit MetricsSink(const std::string& path);
-  bool enabled() const { return out_.is_open(); }
+  MetricsSink(const MetricsSink&) = delete;
+  MetricsSink& operator=(const MetricsSink&) = delete;
+  ~MetricsSink();
+  bool enabled() const { return out_ != nullptr; }
+  // Throws mxrl::Error "PATH: write failed: <strerror>" (e.g. a full disk).
   void write(const nlohmann::json& record);
 
  private:
   std::string path_;
-  std::ofstream out_;
+  std::FILE* out_ = nullptr;
 };
 
 }  // namespace mxrl
