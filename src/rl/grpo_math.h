@@ -1,4 +1,4 @@
-// The GRPO objective and the train/rollout mismatch metrics (BRIEF §7) as pure
+// The GRPO objective and the train/rollout mismatch metrics (docs/reference.md §7) as pure
 // functions: no model, no learner, double-precision arithmetic throughout.
 //
 // Reference: verl (verl/trainer/ppo/core_algos.py: compute_grpo_outcome_advantage,
