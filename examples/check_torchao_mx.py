@@ -6,7 +6,7 @@
 For each element type and scale rule both implement, quantizes the same tensors
 with both and compares the E8M0 scale bytes and the element codes. Reports, per
 case, how many blocks and codes agree and shows the first disagreeing block with
-its values, so a difference can be traced to its rule (BRIEF §3). Exits 1 when any
+its values, so a difference can be traced to its rule (docs/reference.md §3). Exits 1 when any
 byte differs.
 """
 

@@ -1,4 +1,4 @@
-"""Weight-sync bundles and the manifest checks (BRIEF §6), from Python.
+"""Weight-sync bundles and the manifest checks (docs/reference.md §6), from Python.
 
 A bundle is the safetensors file (or buffer) of one weight version as it moves
 from a learner to a sampler: tensors are the payload, ``__metadata__`` the

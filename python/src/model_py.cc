@@ -210,8 +210,8 @@ fp8-block128, fp8-tensor (+fp8kv), or a plan .toml. ``threads``: 0 for every cor
       .def_prop_ro("tokenizer", [](const PyModel& p) { return p.tokenizer; },
                    "The directory's tokenizer.json, if it has one.")
       .def("manifest", [](const PyModel& p) { return json_to_py(digests_to_json(model_digests(*p.model))); },
-           "What the model computes with, one digest per part (BRIEF §6): name, part, dtype, shape, precision, xxh3, "
-           "bytes.")
+           "What the model computes with, one digest per part (docs/reference.md §6): name, part, dtype, shape, precision, "
+           "xxh3, bytes.")
       .def("score", &score, nb::arg("sequences"), nb::arg("prompt_len") = 1, nb::arg("batch_tokens") = 4096,
            R"doc(Per-token log-probs at temperature 1 of ``sequences`` (lists of token ids), for tokens
 prompt_len .. len-1 of each (``prompt_len``: one int or one per sequence). One float32

@@ -248,7 +248,7 @@ nb::ndarray<nb::numpy, float> elem_grid(const std::string& elem) {
 void bind_numerics(nb::module_& m) {
   m.def("quantize", &quantize, nb::arg("x"), nb::arg("elem") = "e4m3", nb::arg("scale_rule") = "rceil",
         nb::arg("axis") = -1, nb::arg("rounding") = "rne", nb::arg("seed") = nb::none(), nb::arg("threads") = 0,
-        R"doc(MX-quantize ``x`` (OCP Microscaling v1.0; BRIEF §3): one E8M0 scale per 32 values.
+        R"doc(MX-quantize ``x`` (OCP Microscaling v1.0; docs/reference.md §3): one E8M0 scale per 32 values.
 
 x: a C-contiguous CPU array (numpy, or torch and others through DLPack) of
   float32, bfloat16 or float16; read in place, never copied.

@@ -1,5 +1,5 @@
 // mxrl.sync: weight-sync bundles (export, inspect) and the manifest checks
-// (conditions 1-4 of BRIEF §6), on the library code `mxrl sync` and
+// (conditions 1-4 of docs/reference.md §6), on the library code `mxrl sync` and
 // `mxrl verify-sync` run. Manifests cross the boundary as lists of dicts
 // (digests_to_json); python/mxrl/sync.py is the documented front.
 #include <nanobind/nanobind.h>

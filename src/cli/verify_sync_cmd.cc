@@ -1,4 +1,4 @@
-// mxrl verify-sync: conditions 1-4 of a weight sync (BRIEF §6) checked on
+// mxrl verify-sync: conditions 1-4 of a weight sync (docs/reference.md §6) checked on
 // another engine's weights, as that engine dumped them (sync/engine_dump.h),
 // against what the learner's checkpoint under its recipe says they must be.
 #include <fmt/format.h>

@@ -165,7 +165,7 @@ struct Claim {
   const char* numerator;
   const char* denominator;
 };
-// The paper's three figures (BRIEF §1), as ratios of mean exact KL.
+// The paper's three figures (docs/reference.md §1), as ratios of mean exact KL.
 const std::vector<Claim>& claims() {
   static const std::vector<Claim> c = {
       {"half the linears on grid vs a BF16 sampler", "-11% KL (0.89x)", "", "mxfp8-half", "bf16"},

@@ -1,4 +1,4 @@
-// What matching buys (BRIEF §1, §7): the exact train-rollout KL of a fixed
+// What matching buys (docs/reference.md §1, §7): the exact train-rollout KL of a fixed
 // model under one learner recipe (its forward log-probs are the reference)
 // against samplers on other plans, other grids, with and without an FP8 KV
 // cache, and with another engine's GEMM reduction order ("foreign kernels").

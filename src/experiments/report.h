@@ -1,4 +1,4 @@
-// `mxrl report`: the three experiments of the paper's claims (BRIEF §1) on
+// `mxrl report`: the three experiments of the paper's claims (docs/reference.md §1) on
 // this machine, written as JSON under one directory and rendered into
 // README.md with PNG plots by scripts/report.py (matplotlib):
 //   matching.json  what matching buys: exact KL per sampler configuration

@@ -2,7 +2,7 @@
 // FP32, with W[N, K] stored as FP32, BF16, MX (element codes + E8M0 row-block
 // scales) or an FP8 grid (codes + FP32 group scales).
 //
-// Contract (batch invariance, BRIEF §5). Every output is one sequential chain
+// Contract (batch invariance, docs/reference.md §5). Every output is one sequential chain
 // over K, so a row's result is bitwise independent of M, of the row's position
 // in X, of the thread count, of the tiling and of the backend; there is no
 // split-K. With w[n][k] = weight_value(W, n, k):

@@ -35,7 +35,7 @@ struct Sequence {
 std::vector<std::vector<size_t>> pack_micro_batches(const std::vector<Sequence>& seqs, int64_t budget);
 
 // The training recipes: "bf16" and "mxfp8" (and "fp32" for tests), with the
-// MX options of BRIEF §4.
+// MX options of docs/reference.md §4.
 struct Recipe {
   std::string plan = "mxfp8";          // a precision plan name (model/plan.h) or TOML path
   bool hybrid = false;                 // E5M2 gradients (MX linears)

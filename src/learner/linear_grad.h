@@ -1,5 +1,5 @@
 // The two backward GEMMs of a linear layer Y[M, N] = X[M, K] W^T, in the
-// precision the layer computes its forward in (BRIEF §4):
+// precision the layer computes its forward in (docs/reference.md §4):
 //
 //   precision | dgrad  dX = dY W            | wgrad  dW = dY^T X
 //   fp32      | FP32 x FP32                  | FP32 x FP32

@@ -1,5 +1,5 @@
 // The backward GEMMs of each recipe against an independent construction:
-// the operands quantized with mx_quantize along the axis the brief's table
+// the operands quantized with mx_quantize along the axis that docs/reference.md §4
 // names (Axis::Col for "col"), dequantized, and multiplied by plain loops in
 // the GEMM contract's order (sequential FMAs, or the BF16 pair chain). Bitwise.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // A plain, slow, double-precision Qwen3 / Qwen3-MoE training loss, written
-// from the model's definition (BRIEF §8) and independent of model.cc and the
+// from the model's definition (docs/reference.md §8) and independent of model.cc and the
 // kernels: the reference of the whole-model gradient check (header-only,
 // tests only).
 //

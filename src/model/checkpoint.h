@@ -1,6 +1,6 @@
 // Hugging Face checkpoint directories: config.json plus model.safetensors, or
 // shards listed in model.safetensors.index.json; BF16, F16 or F32 tensors
-// with the names of BRIEF §8. Loading validates the weights against the
+// with the names of docs/reference.md §8. Loading validates the weights against the
 // config (every expected tensor present with its shape, nothing unexpected)
 // and fails naming the tensor. Saving writes the same layout, into a fresh
 // directory that is swapped into place (write_dir_atomic), so HF transformers

@@ -1,5 +1,5 @@
 // Qwen3 / Qwen3-MoE model configuration: the fields of a Hugging Face
-// config.json that the model definition uses (BRIEF §8), validated.
+// config.json that the model definition uses (docs/reference.md §8), validated.
 //
 // config.json is read as transformers reads it, in both spellings it has
 // written: 4.x (top-level rope_theta, rope_scaling, num_experts, torch_dtype)

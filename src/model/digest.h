@@ -1,5 +1,5 @@
 // Per-tensor digests and the manifest of what a prepared model computes with
-// (BRIEF §6, checks 1-4). The learner and the sampler each produce this
+// (docs/reference.md §6, checks 1-4). The learner and the sampler each produce this
 // manifest from their Model and compare them:
 //   coverage      every name present once, nothing missing or extra
 //   placement     each name holds the bytes expected under it

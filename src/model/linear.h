@@ -4,7 +4,7 @@
 // per-token activation quantization.
 //
 // Weights of every precision but fp32 come from the compute copy: the BF16
-// rounding of the FP32 master (BRIEF §4). MX weights are its row (1x32 along
+// rounding of the FP32 master (docs/reference.md §4). MX weights are its row (1x32 along
 // K) quantization: the learner's forward weights.
 #pragma once
 #include <cstdint>

@@ -44,7 +44,7 @@ struct PrecisionTraits {
   bool gemm_rounds_x;
   HeldSizes (*held_sizes)(int64_t n, int64_t k);
   // L.name, prec, n, k are set: fill its held weights from the FP32 master w[n, k]
-  // (every precision but fp32 starts from the BF16 compute copy, BRIEF §4).
+  // (every precision but fp32 starts from the BF16 compute copy, docs/reference.md §4).
   void (*prepare)(PreparedLinear& L, const float* w, const Exec& exec);
   // The GEMM's view of what L holds.
   void (*view)(const PreparedLinear& L, WeightView& v);

@@ -1,4 +1,4 @@
-// The FP8 grids other rollout engines use (BRIEF §3), emulated exactly:
+// The FP8 grids other rollout engines use (docs/reference.md §3), emulated exactly:
 // one FP32 scale per group of gr x gc values (groups clipped at the edges),
 //   scale = fp32(amax / max_normal),  code = RNE_saturating(fp32(x / scale)),
 //   value = fp32(decode(code) * scale).

@@ -1,4 +1,4 @@
-// MX block quantization (OCP Microscaling v1.0, BRIEF §3).
+// MX block quantization (OCP Microscaling v1.0, docs/reference.md §3).
 //
 // A tensor is viewed as rows x cols (row-major; for the row axis, rows is the
 // product of the leading dimensions). Blocks are 32 values:

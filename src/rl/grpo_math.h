@@ -1,5 +1,5 @@
-// The GRPO objective and the train/rollout mismatch metrics (BRIEF §7) as pure
-// functions: no model, no learner, double-precision arithmetic throughout.
+// The GRPO objective (docs/reference.md §7) as pure functions: no model, no learner,
+// double-precision arithmetic throughout. The mismatch metrics are in sync/mismatch.h.
 //
 // Reference: verl (verl/trainer/ppo/core_algos.py: compute_grpo_outcome_advantage,
 // compute_policy_loss_vanilla, agg_loss; rollout_corr_helper.py: token-level

@@ -1,4 +1,4 @@
-// The weight-sync bundle (BRIEF §6): weight version v as it moves from the
+// The weight-sync bundle (docs/reference.md §6): weight version v as it moves from the
 // learner to the sampler. A bundle is safetensors bytes (a file or a buffer)
 // whose tensors are the payload and whose __metadata__ is the manifest:
 //

@@ -1,4 +1,4 @@
-// The seven live checks of a weight sync (BRIEF §6), one per condition. Each
+// The seven live checks of a weight sync (docs/reference.md §6), one per condition. Each
 // reads the live sampler — what its engine actually computes with after the
 // swap, not the bundle it was sent — and returns findings, one line each,
 // naming the tensor, cache entry or sample.

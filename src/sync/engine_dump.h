@@ -1,4 +1,4 @@
-// Checking other engines' weights (BRIEF §6, conditions 1-4): what a sampler
+// Checking other engines' weights (docs/reference.md §6, conditions 1-4): what a sampler
 // computes with, written as an inference engine's weight dump (safetensors),
 // read back as an mxrl manifest, and verified against what the learner says
 // the sampler should hold.

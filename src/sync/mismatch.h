@@ -1,4 +1,4 @@
-// The train/rollout mismatch metrics of BRIEF §7 as pure functions, in
+// The train/rollout mismatch metrics of docs/reference.md §7 as pure functions, in
 // double precision: exact KL between two logit rows, entropy, and the
 // per-token estimators (k1, k3, |dlogp|, importance weights). Used by the
 // agreement check (sync/checks.h) and by the RL loop's per-step metrics.
@@ -20,7 +20,7 @@ double exact_kl(const float* logits_sampler, const float* logits_learner, int64_
 // -sum_v p log p (terms with p = 0 are 0).
 double entropy(const float* logits, int64_t vocab, double temperature);
 
-// Accumulates BRIEF §7's metrics over generated tokens. Per token: the learner's
+// Accumulates docs/reference.md §7's metrics over generated tokens. Per token: the learner's
 // and the sampler's log-prob of the sampled token (finite, else add throws) and,
 // optionally, the exact KL of that token's two distributions (NaN: unknown;
 // otherwise >= 0, +inf allowed). With D = logp_learner - logp_sampler and w = e^D:

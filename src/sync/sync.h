@@ -1,4 +1,4 @@
-// One weight sync, learner -> sampler, in one process (BRIEF §6):
+// One weight sync, learner -> sampler, in one process (docs/reference.md §6):
 //
 //   learner   make_*_bundle(version v)  -> serialize  -> the channel (bytes)
 //   sampler   parse_bundle (digests verified) -> decode -> Engine::stage

@@ -1,4 +1,4 @@
-// The chunked transport of a sync bundle (BRIEF §6; the channel seam). The
+// The chunked transport of a sync bundle (docs/reference.md §6; the channel seam). The
 // learner cuts the bundle bytes into chunks, each with a 64-byte header:
 //
 //   magic "MXRLCHK1" | version u64 | index u32 | count u32 | total u64 |

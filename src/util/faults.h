@@ -1,5 +1,5 @@
 // The fault plan: weight-sync failures injected where the real bug would live
-// (BRIEF §6). One plan is handed to every seam that can fail — the learner's
+// (docs/reference.md §6). One plan is handed to every seam that can fail — the learner's
 // bundle builder, the transport channel, the sampler's loader, the engine's
 // caches and kernels — and each seam asks it whether a fault is active for the
 // version it is handling. A fault never edits a check's inputs or the manifest
@@ -42,7 +42,7 @@ enum class FaultSeam { Learner, Channel, Loader, Engine };
 struct FaultInfo {
   Fault fault;
   const char* name;       // "drop-tensor"
-  int condition;          // BRIEF §6 condition it breaks, 1..7
+  int condition;          // docs/reference.md §6 condition it breaks, 1..7
   FaultSeam seam;
   bool needs_moe;         // routed experts / a router
   bool needs_tied_head;   // tie_word_embeddings
