@@ -64,7 +64,8 @@ settings::Table<rl::RlConfig> demo_rl_fields() {
       if (f.key == key) {
         t.push_back(f);
         t.back().flag = flag;
-        t.back().help = "GRPO: " + f.help;
+        t.back().help = f.key == "optim.lr" ? std::string("GRPO: peak learning rate (`mxrl rl`'s default)")
+                                            : "GRPO: " + f.help;
       }
   return t;
 }

@@ -93,15 +93,19 @@ TEST_F(RlCmd, DefaultLearningRateIsTheDemosAndTheHelpSaysSo) {
     const size_t at = help.find("  " + flag + " ");
     return at == std::string::npos ? std::string() : help.substr(at, help.find('\n', at) - at);
   };
+  auto default_is = [](const std::string& line, const std::string& v) {  // "--lr FLOAT:POSITIVE=0.0001[ help]"
+    const size_t at = line.find("=" + v);
+    return at != std::string::npos && (at + 1 + v.size() == line.size() || line[at + 1 + v.size()] == ' ');
+  };
   auto r = run_mxrl(dir_, "rl --help");
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string line = option_line(r.out, "--lr");
-  EXPECT_NE(line.find("=0.0001 "), std::string::npos) << line;
+  EXPECT_TRUE(default_is(line, "0.0001")) << line;
   EXPECT_NE(r.out.find("1e-4 is what `mxrl demo` uses"), std::string::npos) << r.out;
   r = run_mxrl(dir_, "demo --help");
   ASSERT_EQ(r.rc, 0) << r.err;
   line = option_line(r.out, "--rl-lr");
-  EXPECT_NE(line.find("=0.0001 "), std::string::npos) << line;
+  EXPECT_TRUE(default_is(line, "0.0001")) << line;
 }
 
 // CLI11's own range checks printed "Value 0 not in range 0.000000 to
