@@ -127,7 +127,7 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
     fail("a distributed run needs both --learners L and --samplers S (each at least 1), got {} and {}", a.learners,
          a.samplers);
   if (!a.resume.empty()) {
-    refuse_on_resume(c, rl::rl_fields(), {"--model", "--data", "--config"});
+    refuse_on_resume(c, rl::rl_fields(), {"--model", "--data"});
     if (distributed) return run_distributed(a, c, exec);
     rl::RlRun run = rl::RlRun::resume(a.resume, exec);
     run_rl_cli(a, run);

@@ -67,7 +67,7 @@ template <class C>
 void refuse_on_resume(CLI::App* c, const settings::Table<C>& t, const std::vector<std::string>& extra) {
   std::vector<std::string> given = given_flags(c, t);
   for (const std::string& e : extra)
-    if (c->count(e) > 0) given.push_back(e);
+    if (const CLI::Option* o = c->get_option_no_throw(e); o && o->count() > 0) given.push_back(e);
   if (!given.empty()) refuse_given_on_resume(given.front());
 }
 

@@ -167,6 +167,10 @@ TEST(SettingsCli, ResumeRefusesEveryFieldGivenWhetherByFlagOrByConfig) {
     EXPECT_EQ(p.error, "--resume continues a run with its original settings; --" + f.flag + " cannot be changed");
   }
   EXPECT_EQ(parse({}, true).error, "");
+  const std::string f = write_toml("lr = 0.5\n");  // a setting from the file is refused too
+  EXPECT_EQ(parse({"--config", f}, true).error,
+            "--resume continues a run with its original settings; --lr cannot be changed");
+  fs::remove(f);
   EXPECT_EQ(parse({"--lr", "0.5"}).given, (std::vector<std::string>{"--lr"}));
 }
 

@@ -101,7 +101,7 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
   if (!a.resume.empty()) {
-    refuse_on_resume(c, rl::sft_fields(), {"--model", "--data", "--config"});
+    refuse_on_resume(c, rl::sft_fields(), {"--model", "--data"});
     rl::SftRun run = rl::SftRun::resume(a.resume, exec);
     run_sft_cli(a, run);
     return;

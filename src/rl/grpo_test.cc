@@ -335,7 +335,9 @@ TEST(Grpo, SettingsOfSavedStatesReadAndWriteAsBefore) {
 TEST(Grpo, EverySettingHasOneFlagAndTheBoundsValidateChecks) {
   std::set<std::string> flags;
   for (const auto& f : rl_fields())
-    if (!f.flag.empty()) EXPECT_TRUE(flags.insert(f.flag).second) << f.flag;
+    if (!f.flag.empty()) {
+      EXPECT_TRUE(flags.insert(f.flag).second) << f.flag;
+    }
   EXPECT_TRUE(flags.count("lr") && flags.count("clip") && flags.count("recipe") && flags.count("adv-norm"));
   EXPECT_FALSE(flags.count("eps") || flags.count("total-steps"));  // set by the run, not options
   RlConfig c;
