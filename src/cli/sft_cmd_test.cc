@@ -140,6 +140,7 @@ TEST_F(SftCmd, DemoRunsEndToEnd) {
                               path("m.jsonl"));
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("held-out greedy accuracy:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("after SFT (3 steps)"), std::string::npos) << r.out;  // steps = 3 from the file
   EXPECT_NE(r.out.find("after RL (2 steps, every sync passing all seven checks)"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(path("demo/init/config.json")));
   EXPECT_TRUE(fs::exists(path("demo/sft/final/model.safetensors")));
