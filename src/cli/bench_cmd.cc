@@ -107,7 +107,7 @@ void add_bench_commands(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   auto* q = bench->add_subcommand("quantize", "MX quantize/dequantize GB/s beside memcpy of the same bytes");
   q->add_option("--threads", args->threads, "Worker threads (0: all cores)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   q->add_flag("--json", args->json, "Print one JSON object (last line) instead of a table");
   q->add_option("--size-mib", args->size_mib, "FP32 input size in MiB")->check(CLI::Range(1, 4096))
       ->capture_default_str();

@@ -66,7 +66,7 @@ void add_bench_forward(CLI::App* bench) {
   auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
   c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
-  c->add_option("--batch", a->batch, "Sequences")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--batch", a->batch, "Sequences")->check(at_least(1))->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();
   add_threads_option(c, &a->threads);
   c->add_flag("--json", a->json, "One JSON object on the last line");

@@ -141,11 +141,11 @@ void add_bench_sync(CLI::App* bench) {
   auto* c = bench->add_subcommand(
       "sync", "Weight-sync bytes and time over MPI (mxfp8 vs bf16 sampler) beside raw MPI bandwidth: mpirun -np 2");
   c->add_option("--shapes", a->shapes, "Model shapes (tiny-dense, tiny-moe, qwen3-0.6b)")->capture_default_str();
-  c->add_option("--chunk-bytes", a->chunk_bytes, "Payload bytes per chunk")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--chunk-bytes", a->chunk_bytes, "Payload bytes per chunk")->check(at_least(1))->capture_default_str();
   c->add_option("--reps", a->reps, "Measured repetitions of each (after one warm-up)")->check(CLI::Range(1, 1000))
       ->capture_default_str();
   c->add_option("--threads", a->threads, "Worker threads for building the bundles (0: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_flag("--json", a->json, "Also print one JSON object (last line)");
   c->callback([a] { bench_sync(*a); });
 }

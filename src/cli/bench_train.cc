@@ -69,11 +69,11 @@ void add_bench_train(CLI::App* bench) {
   auto* c = bench->add_subcommand("train", "Training tokens/s per recipe, split by phase; --sweep fits the per-micro-batch and per-token costs");
   c->add_option("--preset", a->cfg.preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--recipe", a->cfg.recipes, "Recipes to compare (the first is the baseline)")->capture_default_str();
-  c->add_option("--tokens", a->cfg.tokens, "Tokens per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--micro-batch-tokens", a->micro_batch_tokens, "Micro-batch budget (without --sweep)")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--seq-len", a->cfg.seq_len, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--tokens", a->cfg.tokens, "Tokens per optimizer step")->check(at_least(1))->capture_default_str();
+  c->add_option("--micro-batch-tokens", a->micro_batch_tokens, "Micro-batch budget (without --sweep)")->check(at_least(1))->capture_default_str();
+  c->add_option("--seq-len", a->cfg.seq_len, "Tokens per sequence")->check(at_least(1))->capture_default_str();
   c->add_option("--budgets", a->budgets, "Sweep budgets")->capture_default_str();
-  c->add_option("--reps", a->cfg.reps, "Timed steps per point (median)")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--reps", a->cfg.reps, "Timed steps per point (median)")->check(at_least(1))->capture_default_str();
   c->add_flag("--requant-every-microbatch", a->cfg.requant_every_microbatch,
               "Remake the weight quantizations every micro-batch (counted in the micro-batch's fixed cost)");
   c->add_flag("--sweep", a->sweep, "Sweep the micro-batch budget and fit fixed and per-token costs");

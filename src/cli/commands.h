@@ -2,6 +2,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "cli/settings_cli.h"
+
 namespace mxrl::cli {
 
 void add_quantize_commands(CLI::App& app);  // quantize, dequantize
@@ -28,7 +30,7 @@ void add_export_command(CLI::App& app);     // export: compressed-tensors MXFP8 
 // --threads N (0 = all cores), shared by commands that compute.
 inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {
   return cmd->add_option("--threads", *threads, "Worker threads (0: all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->default_val(0);
 }
 

@@ -48,12 +48,21 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
     CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw(flag);
     if (!opt) fail("{}: unknown key '{}' (the keys are the long options of `mxrl {}`, with _ for -)", path, key,
                    cmd->get_name());
-    if (v.is_table() || v.is_array()) fail("{}: expected a single value", where);
-    const std::string arg = as_argument(v, *opt, where);
+    const bool many = opt->get_items_expected_max() > 1;  // a list option (--inject, --presets): an array
+    if (v.is_table() || (v.is_array() && !many)) fail("{}: expected a single value", where);
+    std::vector<std::string> args;
+    if (const toml::array* arr = v.as_array()) {
+      for (const toml::node& e : *arr) {
+        if (e.is_table() || e.is_array()) fail("{}: expected an array of single values", where);
+        args.push_back(as_argument(e, *opt, where));
+      }
+    } else {
+      args.push_back(as_argument(v, *opt, where));
+    }
     if (cmd->count(flag) > 0) continue;  // given on the command line: it wins
     try {
       opt->clear();
-      opt->add_result(arg);
+      for (const std::string& arg : args) opt->add_result(arg);
       opt->run_callback();
     } catch (const CLI::Error& e) {
       fail("{}: {}", where, e.what());

@@ -10,7 +10,9 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/rl_cli.h"
+#include "cli/settings_cli.h"
 #include "cli/sft_cli.h"
 #include "model/init.h"
 #include "rl/warm_start.h"
@@ -23,6 +25,7 @@ namespace {
 struct DemoArgs : SftCliArgs {
   std::string preset = "tiny-dense";
   uint64_t init_seed = 0;
+  std::string config;
   RlCliArgs rl;
   DemoArgs() {
     out = "mxrl-demo";
@@ -35,23 +38,41 @@ struct DemoArgs : SftCliArgs {
     cfg.learner.optim.lr = 2e-3;
     cfg.learner.optim.warmup_steps = 30;
     cfg.learner.optim.weight_decay = 0.0;
-    schedule = "cosine";
+    cfg.learner.optim.schedule = LrSchedule::Cosine;
     samples = 10;
     rl::RlConfig& r = rl.cfg;
     r.steps = 300;
     r.prompts_per_step = 32;
     r.samples_per_prompt = 8;
     r.temperature = 1.0f;
-    r.eval_every = 100;
-    r.learner.optim.lr = 1e-4;
+    r.eval_every = 100;  // lr: RL's default (rl::RlConfig)
     r.learner.optim.weight_decay = 0.0;
     rl.log_every = 10;
   }
 };
 
-void run_demo(DemoArgs& a) {
+// The GRPO phase's options: fields of rl::rl_fields() under the demo's flags.
+settings::Table<rl::RlConfig> demo_rl_fields() {
+  const std::pair<const char*, const char*> pick[] = {{"steps", "rl-steps"},
+                                                      {"optim.lr", "rl-lr"},
+                                                      {"prompts_per_step", "prompts-per-step"},
+                                                      {"samples_per_prompt", "samples-per-prompt"},
+                                                      {"temperature", "temperature"}};
+  settings::Table<rl::RlConfig> t;
+  for (const auto& [key, flag] : pick)
+    for (const settings::Field<rl::RlConfig>& f : rl::rl_fields())
+      if (f.key == key) {
+        t.push_back(f);
+        t.back().flag = flag;
+        t.back().help = f.key == "optim.lr" ? std::string("GRPO: peak learning rate (`mxrl rl`'s default)")
+                                            : "GRPO: " + f.help;
+      }
+  return t;
+}
+
+void run_demo(DemoArgs& a, CLI::App* c) {
   namespace fs = std::filesystem;
-  apply_sft_options(a);
+  if (!a.config.empty()) apply_config_file(c, a.config);
   const std::string init = (fs::path(a.out) / "init").string();
   const std::string sft_out = (fs::path(a.out) / "sft").string(), rl_out = (fs::path(a.out) / "rl").string();
   fmt::print(stderr, "demo: 1/3 initialise the {} preset -> {}\n", a.preset, init);
@@ -79,7 +100,6 @@ void run_demo(DemoArgs& a) {
   r.out = rl_out;
   r.metrics = a.metrics.empty() ? "" : a.metrics + ".rl.jsonl";
   r.threads = a.threads;
-  apply_rl_options(r);
   rl::RlRun run = rl::RlRun::start(sft_out + "/final", r.cfg, Exec{&pool});
   const RlCliResult res = run_rl_cli(r, run);
   const rl::EvalResult& before = res.evals.front();
@@ -104,17 +124,12 @@ void add_demo_command(CLI::App& app) {
   c->add_option("--init-seed", a->init_seed, "Initialisation seed")->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file of the SFT phase (the RL phase writes FILE.rl.jsonl)");
   c->add_option("--samples", a->samples, "Held-out samples to print")->capture_default_str();
+  c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
+      ->check(CLI::ExistingFile);
   add_sft_options(c, *a);
-  c->add_option("--rl-steps", a->rl.cfg.steps, "GRPO steps")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--rl-lr", a->rl.cfg.learner.optim.lr, "GRPO learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--prompts-per-step", a->rl.cfg.prompts_per_step, "GRPO prompts per step")->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  c->add_option("--samples-per-prompt", a->rl.cfg.samples_per_prompt, "GRPO samples per prompt")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--temperature", a->rl.cfg.temperature, "GRPO sampling temperature")->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_options(c, a->rl.cfg, demo_rl_fields());
   add_threads_option(c, &a->threads);
-  c->callback([a] { run_demo(*a); });
+  c->callback([a, c] { run_demo(*a, c); });
 }
 
 }  // namespace mxrl::cli

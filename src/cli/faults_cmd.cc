@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/progress.h"
 #include "rl/fault_matrix.h"
 #include "rl/warm_start.h"
@@ -28,6 +29,7 @@ struct FaultsArgs {
   std::vector<std::string> presets = {"dense", "moe"};
   bool list = false;
   int threads = 0;
+  std::string config;
 };
 
 void print_list() {
@@ -86,6 +88,8 @@ void add_faults_command(CLI::App& app) {
   a->cfg.moe_recipe = "mxfp8-router-fp32";
   auto* c = app.add_subcommand("faults", "The sync fault matrix: every fault on short GRPO runs, checks on and off");
   c->add_option("--out", a->out, "Output directory: faults.md, faults.json (and warm/ when it trains warm starts)");
+  c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
+      ->check(CLI::ExistingFile);
   c->add_flag("--list", a->list, "List the faults (name, condition, seam, what goes wrong) and exit");
   c->add_option("--dense-model", a->cfg.dense_model, "Dense warm start (default: init tiny-dense + SFT)");
   c->add_option("--moe-model", a->cfg.moe_model, "MoE warm start (default: init tiny-moe + SFT)");
@@ -96,23 +100,26 @@ void add_faults_command(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--presets", a->presets, "Which presets to run")->delimiter(',')
       ->check(CLI::IsMember({"dense", "moe"}))->capture_default_str();
-  c->add_option("--sft-steps", a->sft_steps, "SFT steps of each warm start")->check(CLI::PositiveNumber)
+  c->add_option("--sft-steps", a->sft_steps, "SFT steps of each warm start")->check(at_least(1))
       ->capture_default_str();
   c->add_option("--task", a->cfg.task, "Task")->capture_default_str();
-  c->add_option("--steps", a->cfg.steps, "RL steps per run")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--steps", a->cfg.steps, "RL steps per run")->check(at_least(1))->capture_default_str();
   c->add_option("--inject-step", a->cfg.inject_step, "Step whose sync first carries the fault")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--prompts-per-step", a->cfg.prompts_per_step, "Prompts per step")->check(CLI::PositiveNumber)
+      ->check(at_least(1))->capture_default_str();
+  c->add_option("--prompts-per-step", a->cfg.prompts_per_step, "Prompts per step")->check(at_least(1))
       ->capture_default_str();
-  c->add_option("--samples-per-prompt", a->cfg.samples_per_prompt, "Samples per prompt")->check(CLI::PositiveNumber)
+  c->add_option("--samples-per-prompt", a->cfg.samples_per_prompt, "Samples per prompt")->check(at_least(1))
       ->capture_default_str();
-  c->add_option("--lr", a->cfg.lr, "RL learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--lr", a->cfg.lr, "RL learning rate")->check(positive())->capture_default_str();
   c->add_option("--seed", a->cfg.seed, "Problem and sampling seed")->capture_default_str();
   c->add_option("--visible-drop", a->cfg.visible_drop, "Reward drop that counts as visible without checks")
       ->capture_default_str();
   c->add_option("--only", a->cfg.only, "Run only these faults")->delimiter(',');
   add_threads_option(c, &a->threads);
-  c->callback([a] { run_faults(*a); });
+  c->callback([a, c] {
+    if (!a->config.empty()) apply_config_file(c, a->config);
+    run_faults(*a);
+  });
 }
 
 }  // namespace mxrl::cli

@@ -97,7 +97,7 @@ void add_init_command(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   c->add_option("--out", a->out, "Output checkpoint directory")->required();
   c->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();
-  c->add_option("--init-std", a->std, "Std of the normal initialisation")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--init-std", a->std, "Std of the normal initialisation")->check(positive())->capture_default_str();
   c->add_option("--dtype", a->dtype, "Stored dtype")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->callback([a] { run_init(*a); });
 }

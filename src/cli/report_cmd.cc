@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "experiments/report.h"
 #include "util/clock.h"
 #include "util/thread_pool.h"
@@ -17,6 +18,7 @@ struct ReportArgs {
   exp::ReportConfig cfg;
   std::string part;  // experiment: the one part
   int threads = 0;
+  std::string config;
 };
 
 void run(ReportArgs a) {
@@ -37,13 +39,15 @@ void run(ReportArgs a) {
 }
 
 void add_options(CLI::App* c, ReportArgs& a) {
+  c->add_option("--config", a.config, "TOML file of settings (keys: the long options, _ for -); flags override it")
+      ->check(CLI::ExistingFile);
   c->add_option("--out", a.cfg.out, "Output directory (JSON, README.md, PNG plots)")->capture_default_str();
   c->add_flag("--quick", a.cfg.quick, "Every part at a size small enough for CI (about a minute)");
   c->add_option("--dense-model", a.cfg.dense_model, "Dense warm start (default: init tiny-dense + SFT under OUT/warm)");
   c->add_option("--moe-model", a.cfg.moe_model, "MoE warm start (default: init tiny-moe + SFT under OUT/warm)");
   c->add_option("--task", a.cfg.task, "Task of the warm starts and the experiments")->capture_default_str();
   c->add_option("--sft-steps", a.cfg.sft_steps, "SFT steps of each warm start (0: 800, --quick 30)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   c->add_flag("!--no-qwen-shape", a.cfg.qwen_shape, "Speed: skip the RL steps on the Qwen3-0.6B shape");
   c->add_option("--python", a.cfg.python, "Python with matplotlib that draws the report")->capture_default_str();
   c->add_option("--script", a.cfg.script, "The report script (default: the source tree's scripts/report.py)");
@@ -59,14 +63,20 @@ void add_report_commands(CLI::App& app) {
   add_options(c, *r);
   c->add_option("--parts", r->cfg.parts, "Parts to run")->delimiter(',')->check(CLI::IsMember(exp::report_parts()))
       ->capture_default_str();
-  c->callback([r] { run(*r); });
+  c->callback([r, c] {
+    if (!r->config.empty()) apply_config_file(c, r->config);
+    run(*r);
+  });
 
   auto e = std::make_shared<ReportArgs>();
   auto* x = app.add_subcommand("experiment", "Run one experiment of the report and re-render it");
   x->add_option("name", e->part, "matching, rl-kl, speed or faults")->required()
       ->check(CLI::IsMember(exp::report_parts()));
   add_options(x, *e);
-  x->callback([e] { run(*e); });
+  x->callback([e, x] {
+    if (!e->config.empty()) apply_config_file(x, e->config);
+    run(*e);
+  });
 }
 
 }  // namespace mxrl::cli

@@ -34,6 +34,28 @@ const nlohmann::json& row(const nlohmann::json& m, const std::string& preset, co
   return none;
 }
 
+// --config on report and experiment (checked without running them): each key
+// reaches its option, whose checks apply; bad keys are one line naming the
+// file and the key.
+TEST_F(ReportCmd, ConfigFileKeysReachTheOptions) {
+  struct Case {
+    std::string cmd, toml, expect;
+  } cases[] = {{"report", "sft_steps = -1\n", "key 'sft_steps': --sft-steps: must be >= 0, got -1"},
+               {"report", "parts = [\"matching\", \"bogus\"]\n", "key 'parts': --parts: bogus not in"},
+               {"report", "quick = 1\n", "key 'quick': expected true or false"},
+               {"report", "frobnicate = 1\n", "unknown key 'frobnicate'"},
+               {"experiment matching", "threads = -2\n", "key 'threads': --threads: must be >= 0, got -2"}};
+  for (const Case& c : cases) {
+    std::ofstream(path("r.toml")) << c.toml;
+    const auto r = run_mxrl(dir_, c.cmd + " --out " + path("r") + " --config " + path("r.toml"));
+    EXPECT_EQ(r.rc, 1) << c.toml;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.toml << " -> " << r.err;
+    EXPECT_NE(r.err.find("r.toml"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(path("r"))) << "nothing ran";
+  }
+}
+
 TEST_F(ReportCmd, QuickReportRunsEveryPartAndRendersIt) {
   const std::string out = path("r");
   const auto r = run_mxrl(dir_, "report --quick --out " + out + " --threads 2");

@@ -12,8 +12,6 @@ namespace mxrl::cli {
 
 struct RlCliArgs {
   rl::RlConfig cfg;
-  std::string schedule = "constant";
-  std::string adv_norm = "std", loss_agg = "token-mean", correction = "none", sync = "ship", checks = "stop";
   std::string out, metrics;
   int64_t log_every = 10;
   int threads = 0;
@@ -27,10 +25,9 @@ struct RlCliResult {
   int64_t steps = 0;
 };
 
-// The run-setting options of RL (task, GRPO, sync, checks, learner).
+// The run-setting options of RL (task, GRPO, sync, checks, learner): the
+// fields of rl::rl_fields(), bound to a.cfg.
 void add_rl_options(CLI::App* c, RlCliArgs& a);
-const std::vector<const char*>& rl_option_names();  // for --resume refusals
-void apply_rl_options(RlCliArgs& a);
 RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run);
 
 }  // namespace mxrl::cli

@@ -7,7 +7,7 @@
 #include "cli/config_file.h"
 #include "cli/progress.h"
 #include "cli/rl_cli.h"
-#include "cli/sft_cli.h"
+#include "cli/settings_cli.h"
 #include "rl/distributed.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -29,76 +29,7 @@ std::string checks_summary(const sync::SyncReport& r) {
 }
 }  // namespace
 
-void add_rl_options(CLI::App* c, RlCliArgs& a) {
-  rl::RlConfig& s = a.cfg;
-  c->add_option("--task", s.task, "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)")->capture_default_str();
-  c->add_option("--steps", s.steps, "RL steps (each: generate, score, update, sync)")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--prompts-per-step", s.prompts_per_step, "Prompts per step (P)")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--samples-per-prompt", s.samples_per_prompt, "Samples per prompt (G)")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--max-new-tokens", s.max_new_tokens, "Generation limit (0: longest answer + 8)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--temperature", s.temperature, "Sampling temperature (the learner scores at the same one)")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--seed", s.seed, "Problem stream and sampling seed")->capture_default_str();
-  c->add_option("--adv-norm", a.adv_norm, "Advantage: std ((r - mean) / (std + eps)) or none (r - mean, Dr. GRPO)")
-      ->check(CLI::IsMember({"std", "none"}))->capture_default_str();
-  c->add_option("--adv-eps", s.adv_eps, "eps of the advantage normalisation")->capture_default_str();
-  c->add_option("--clip-low", s.loss.clip_low, "PPO clip: ratio >= 1 - clip_low")->capture_default_str();
-  c->add_option("--clip-high", s.loss.clip_high, "PPO clip: ratio <= 1 + clip_high")->capture_default_str();
-  c->add_option("--loss-agg", a.loss_agg, "token-mean, seq-mean-token-sum or seq-mean-token-mean")
-      ->check(CLI::IsMember({"token-mean", "seq-mean-token-sum", "seq-mean-token-mean"}))->capture_default_str();
-  c->add_option("--rollout-correction", a.correction, "none, tis (truncated importance weights) or mis (masking)")
-      ->check(CLI::IsMember({"none", "tis", "mis"}))->capture_default_str();
-  c->add_option("--correction-cap", s.loss.cap, "C of TIS / MIS")->capture_default_str();
-  c->add_option("--updates-per-batch", s.updates_per_batch, "Mini-batch updates per step (K)")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--sampler-plan", s.sampler_plan, "The sampler's precision plan (default: the recipe's): bf16, mxfp8, mxfp8-half, mxfp8-floor, fp8-block128, +fp8kv, a .toml");
-  c->add_option("--sync", a.sync, "ship (the learner's forward weights, byte for byte) or requantize (BF16 copies, quantized by the sampler)")
-      ->check(CLI::IsMember({"ship", "requantize"}))->capture_default_str();
-  c->add_option("--checks", a.checks, "stop (a failed check ends the run), warn, or off")
-      ->check(CLI::IsMember({"stop", "warn", "off"}))->capture_default_str();
-  c->add_option("--inject", s.inject,
-                "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
-                "See `mxrl faults --list`")
-      ->take_all();
-  c->add_option("--agreement-every", s.agreement_every, "Run the agreement check on every Nth version (0: never)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--agreement-max-kl", s.agreement_max_kl, "Agreement bound when the plans differ: mean exact KL per token")->capture_default_str();
-  c->add_option("--agreement-max-abs-dlogp", s.agreement_max_abs_dlogp, "Agreement bound when the plans differ: max |dlogp|")->capture_default_str();
-  c->add_option("--probe-prompts", s.probe_prompts, "Held-out prompts (with answers) in the agreement probe")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--off-policy", s.off_policy,
-                "0: on-policy; 1: the samplers generate step t+1 under version t while the learner trains step t "
-                "(staleness beyond it is refused)")
-      ->check(CLI::Range(0, 1))->capture_default_str();
-  c->add_option("--sync-chunk-bytes", s.sync_chunk_bytes, "Payload bytes per chunk of a weight sync on the wire")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--eval-every", s.eval_every, "Steps between held-out greedy evaluations (0: before and after only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--eval-problems", s.eval_problems, "Held-out problems per evaluation")->check(CLI::NonNegativeNumber)->capture_default_str();
-  add_learner_options(c, s.learner, a.schedule);
-}
-
-const std::vector<const char*>& rl_option_names() {
-  static const std::vector<const char*> n = [] {
-    std::vector<const char*> v = {"--model", "--task", "--data", "--steps", "--prompts-per-step", "--samples-per-prompt",
-                                  "--max-new-tokens", "--temperature", "--seed", "--adv-norm", "--adv-eps", "--clip-low",
-                                  "--clip-high", "--loss-agg", "--rollout-correction", "--correction-cap",
-                                  "--updates-per-batch", "--sampler-plan", "--sync", "--checks", "--agreement-every",
-                                  "--agreement-max-kl", "--agreement-max-abs-dlogp", "--probe-prompts", "--eval-every",
-                                  "--eval-problems", "--save-every", "--config", "--inject", "--off-policy",
-                                  "--sync-chunk-bytes"};
-    v.insert(v.end(), learner_option_names().begin(), learner_option_names().end());
-    return v;
-  }();
-  return n;
-}
-
-void apply_rl_options(RlCliArgs& a) {
-  apply_schedule(a.cfg.learner, a.schedule);
-  a.cfg.adv_norm = rl::parse_adv_norm(a.adv_norm);
-  a.cfg.loss.agg = rl::parse_loss_agg(a.loss_agg);
-  a.cfg.loss.correction = rl::parse_rollout_correction(a.correction);
-  a.cfg.sync = sync::parse_sync_mode(a.sync);
-  a.cfg.checks = sync::parse_check_mode(a.checks);
-}
+void add_rl_options(CLI::App* c, RlCliArgs& a) { add_options(c, a.cfg, rl::rl_fields()); }
 
 RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
   const rl::RlConfig& cfg = run.config();
@@ -172,12 +103,7 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
-  if (!a.resume.empty()) {
-    for (const char* opt : rl_option_names())
-      if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
-  } else {
-    apply_rl_options(a);
-  }
+  if (!a.resume.empty()) refuse_on_resume(c, rl::rl_fields(), {"--model", "--data"});
   const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
                          [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
   rl::run_rl_job(spec, a.cfg, a.learners, a.samplers, exec, [&](rl::RlRun& run) { run_rl_cli(a, run); });
@@ -195,16 +121,14 @@ void add_rl_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
   c->add_flag("--overwrite", a->overwrite, "Start a new run in an --out that holds another run's checkpoints (they are removed)");
-  c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps (0: only final)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step, sync and evaluation");
   c->add_option("--learners", a->learners,
                 "Distributed (under mpirun): data-parallel learner processes; world ranks 0..L-1 (0 coordinates)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--samplers", a->samplers, "Distributed (under mpirun): sampler processes, world ranks L..L+S-1")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
   add_rl_options(c, *a);
   add_threads_option(c, &a->threads);
   add_kernels_option(c, &a->kernels);

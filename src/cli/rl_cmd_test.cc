@@ -90,6 +90,52 @@ TEST_F(RlCmd, ImpossibleCombinationsAndChangedSettingsOnResumeAreRefused) {
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
+// `mxrl rl`'s default --lr was 1e-3, which wrecks an SFT warm start within
+// 3-10 steps; it is the demo's GRPO rate, 1e-4, and the help says so.
+TEST_F(RlCmd, DefaultLearningRateIsTheDemosAndTheHelpSaysSo) {
+  auto option_line = [](const std::string& help, const std::string& flag) {
+    const size_t at = help.find("  " + flag + " ");
+    return at == std::string::npos ? std::string() : help.substr(at, help.find('\n', at) - at);
+  };
+  auto default_is = [](const std::string& line, const std::string& v) {  // "--lr FLOAT:POSITIVE=0.0001[ help]"
+    const size_t at = line.find("=" + v);
+    return at != std::string::npos && (at + 1 + v.size() == line.size() || line[at + 1 + v.size()] == ' ');
+  };
+  auto r = run_mxrl(dir_, "rl --help");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string line = option_line(r.out, "--lr");
+  EXPECT_TRUE(default_is(line, "0.0001")) << line;
+  EXPECT_NE(r.out.find("1e-4 is what `mxrl demo` uses"), std::string::npos) << r.out;
+  r = run_mxrl(dir_, "demo --help");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  line = option_line(r.out, "--rl-lr");
+  EXPECT_TRUE(default_is(line, "0.0001")) << line;
+}
+
+// CLI11's own range checks printed "Value 0 not in range 0.000000 to
+// 179769313486231570..." (384 characters); the bounds say what they are.
+TEST_F(RlCmd, OutOfRangeOptionsSayTheBoundInOneShortLine) {
+  struct Case {
+    std::string args, expect;
+  } cases[] = {{"rl --steps 0", "--steps: must be >= 1, got 0"},
+               {"rl --lr 0", "--lr: must be > 0, got 0"},
+               {"rl --off-policy 2", "--off-policy: must be in [0, 1], got 2"},
+               {"rl --beta1 1", "--beta1: must be in [0, 1), got 1"},
+               {"rl --threads -1", "--threads: must be >= 0, got -1"},
+               {"sft --out x --batch-size 0", "--batch-size: must be >= 1, got 0"},
+               {"demo --rl-steps 0", "--rl-steps: must be >= 1, got 0"},
+               {"faults --steps 0", "--steps: must be >= 1, got 0"},
+               {"report --sft-steps -1", "--sft-steps: must be >= 0, got -1"},
+               {"init --out x --init-std 0", "--init-std: must be > 0, got 0"}};
+  for (const Case& c : cases) {
+    const auto r = run_mxrl(dir_, c.args);
+    EXPECT_EQ(r.rc, 2) << c.args;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << " -> " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_LT(r.err.size(), 100u) << r.err;
+  }
+}
+
 TEST_F(RlCmd, AnInjectedFaultIsCaughtAndBadInjectionsAreOneLineErrors) {
   const std::string base = "rl --model " + model() + " --out " + path("out") + " --steps 2" + kSmall;
   auto r = run_mxrl(dir_, base + " --inject stale-plan@1");
@@ -115,9 +161,11 @@ TEST_F(RlCmd, FaultsListsEveryFaultAndWritesTheMatrix) {
   for (const char* f : {"drop-tensor", "expert-offset", "requant-floor", "router-bf16", "stale-plan", "partial-sync",
                         "foreign-kernel", "kv-scale-one"})
     EXPECT_NE(r.out.find(f), std::string::npos) << f;
-  r = run_mxrl(dir_, "faults --out " + path("fm") + " --presets dense --dense-model " + model() +
-                         " --only stale-plan,drop-experts --steps 3 --inject-step 2 --prompts-per-step 2"
-                         " --samples-per-prompt 2 --task addition:digits=1 --threads 2");
+  // Settings from --config (a list option as an array); the flag --steps 3 beats steps = 5.
+  std::ofstream(path("faults.toml")) << "only = [\"stale-plan\", \"drop-experts\"]\nsteps = 5\ninject_step = 2\n"
+                                        "prompts_per_step = 2\nsamples_per_prompt = 2\npresets = \"dense\"\n";
+  r = run_mxrl(dir_, "faults --out " + path("fm") + " --config " + path("faults.toml") + " --dense-model " + model() +
+                         " --steps 3 --task addition:digits=1 --threads 2");
   ASSERT_EQ(r.rc, 0) << r.err;
   const nlohmann::json m = nlohmann::json::parse(testing_cli::slurp(path("fm/faults.json")));
   ASSERT_EQ(m["rows"].size(), 2u);

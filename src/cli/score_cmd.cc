@@ -115,7 +115,7 @@ void add_score_command(CLI::App& app) {
   c->add_option("--in", a->in, "JSONL input: {\"tokens\": [ids...], \"prompt_len\": k} per line")->required()->check(CLI::ExistingFile);
   c->add_option("--out", a->out, "JSONL output: {\"logprobs\": [...]} per line, for tokens prompt_len..len-1")->required();
   c->add_option("--batch-tokens", a->batch_tokens, "Tokens per forward call (results do not depend on it)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
   c->add_option("--engine", a->engine,
                 "sampler (the rollout forward) or learner (the training forward); bitwise equal log-probs")
       ->check(CLI::IsMember({"sampler", "learner"}))->capture_default_str();

@@ -6,7 +6,9 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/progress.h"
+#include "cli/settings_cli.h"
 #include "cli/sft_cli.h"
 #include "rl/run_setup.h"
 #include "util/clock.h"
@@ -86,68 +88,21 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   return res;
 }
 
-void add_learner_options(CLI::App* c, LearnerConfig& l, std::string& schedule) {
-  c->add_option("--micro-batch-tokens", l.micro_batch_tokens, "Token budget of a micro-batch (sequences are packed)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--recipe", l.recipe.plan, "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)")->capture_default_str();
-  c->add_flag("--hybrid", l.recipe.hybrid, "MXFP8: E5M2 gradients (HYBRID)");
-  c->add_flag("--floor", l.recipe.floor, "MXFP8: floor scale rule instead of rceil");
-  c->add_flag("--requant-every-microbatch", l.recipe.requant_every_microbatch,
-              "Remake the weight quantizations every micro-batch (to measure their cost)");
-  c->add_option("--lr", l.optim.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--warmup", l.optim.warmup_steps, "Linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--schedule", schedule, "constant or cosine")->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
-  c->add_option("--min-lr-ratio", l.optim.min_lr_ratio, "Cosine floor as a fraction of --lr")->capture_default_str();
-  c->add_option("--weight-decay", l.optim.weight_decay, "AdamW decoupled weight decay (linears, embeddings)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--clip", l.optim.clip_norm, "Gradient clipping by global norm (0: off)")->capture_default_str();
-  c->add_option("--beta1", l.optim.beta1, "AdamW beta1 (momentum)")->capture_default_str();
-  c->add_option("--beta2", l.optim.beta2, "AdamW beta2")->capture_default_str();
-  c->add_option("--aux-loss-coef", l.aux_loss_coef, "MoE load-balancing loss coefficient")->capture_default_str();
-}
-
-const std::vector<const char*>& learner_option_names() {
-  static const std::vector<const char*> n = {"--micro-batch-tokens", "--recipe", "--hybrid", "--floor",
-                                             "--requant-every-microbatch", "--lr", "--warmup", "--schedule",
-                                             "--min-lr-ratio", "--weight-decay", "--clip", "--beta1", "--beta2",
-                                             "--aux-loss-coef"};
-  return n;
-}
-
-void add_sft_options(CLI::App* c, SftCliArgs& a) {
-  rl::SftConfig& s = a.cfg;
-  c->add_option("--task", s.task, "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], sort[:len=L,max=M], countdown[:count=C,max=M]")
-      ->capture_default_str();
-  c->add_option("--steps", s.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--batch-size", s.batch_size, "Sequences per optimizer step")->check(CLI::PositiveNumber)->capture_default_str();
-  add_learner_options(c, s.learner, a.schedule);
-  c->add_option("--eval-every", s.eval_every, "Steps between evaluations (0: only at the end)")->capture_default_str();
-  c->add_option("--eval-problems", s.eval_problems, "Held-out problems per evaluation")->capture_default_str();
-  c->add_option("--max-new-tokens", s.max_new_tokens, "Generation limit at evaluation (0: longest answer + 8)")->capture_default_str();
-  c->add_option("--seed", s.seed, "Problem stream seed")->capture_default_str();
-}
-
-void apply_sft_options(SftCliArgs& a) { apply_schedule(a.cfg.learner, a.schedule); }
+void add_sft_options(CLI::App* c, SftCliArgs& a) { add_options(c, a.cfg, rl::sft_fields()); }
 
 namespace {
 struct SftCmdArgs : SftCliArgs {
-  std::string model, data, resume;
+  std::string model, data, resume, config;
   bool overwrite = false;
 };
 
 void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
+  if (!a.config.empty()) apply_config_file(c, a.config);
+  if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
   apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
-  if (!a.resume.empty()) {
-    std::vector<const char*> fixed = {"--model", "--task", "--data", "--steps", "--batch-size", "--eval-every",
-                                      "--eval-problems", "--max-new-tokens", "--seed", "--save-every"};
-    fixed.insert(fixed.end(), learner_option_names().begin(), learner_option_names().end());
-    for (const char* opt : fixed)
-      if (c->count(opt) > 0) fail("--resume continues a run with its original settings; {} cannot be changed", opt);
-  } else {
-    apply_sft_options(a);
-  }
+  if (!a.resume.empty()) refuse_on_resume(c, rl::sft_fields(), {"--model", "--data"});
   const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
                          [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
   rl::SftSession s = rl::open_sft(spec, a.cfg, exec);
@@ -161,14 +116,14 @@ void add_sft_command(CLI::App& app) {
   c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json)")->check(CLI::ExistingDirectory);
   c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")->check(CLI::ExistingFile);
   c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")->check(CLI::ExistingDirectory);
-  c->add_option("--out", a->out, "Output directory: step-NNNNNN/ every --save-every steps, and final/")->required();
+  c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
+      ->check(CLI::ExistingFile);
+  c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
   c->add_flag("--overwrite", a->overwrite, "Start a new run in an --out that holds another run's checkpoints (they are removed)");
-  c->add_option("--save-every", a->cfg.save_every, "Keep a training-state directory every K steps (0: only final)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step and per evaluation");
   c->add_option("--samples", a->samples, "Held-out samples to print at the end")->capture_default_str();
   c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
   add_sft_options(c, *a);
   add_threads_option(c, &a->threads);
   add_kernels_option(c, &a->kernels);

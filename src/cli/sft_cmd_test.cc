@@ -97,11 +97,50 @@ TEST_F(SftCmd, LearnerAndSamplerScoresAreTheSameBytes) {
   }
 }
 
+TEST_F(SftCmd, ConfigFileSetsTheSettingsAndFlagsOverrideIt) {
+  std::ofstream(path("sft.toml")) << "task = \"addition:digits=1\"\nsteps = 3\nbatch_size = 3\neval_problems = 2\n"
+                                     "lr = 0.002\nsamples = 0\nout = \"" << path("out") << "\"\nmetrics = \""
+                                  << path("m.jsonl") << "\"\n";
+  auto r = run_mxrl(dir_, "sft --model " + model() + " --config " + path("sft.toml") + " --steps 1 --threads 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  int steps = 0;
+  for (const auto& j : read_jsonl(path("m.jsonl")))
+    if (j.contains("loss")) {
+      ++steps;
+      EXPECT_EQ(j["lr"], 0.002);
+    }
+  EXPECT_EQ(steps, 1);  // --steps 1 beat steps = 3
+  const auto st = nlohmann::json::parse(slurp(path("out/final/trainer_state.json")));
+  EXPECT_EQ(st["meta"]["sft"]["batch_size"], 3);
+  EXPECT_EQ(st["meta"]["sft"]["task"], "addition:digits=1");
+  // Bad keys and values: one line naming the file and the key; --out is still required.
+  std::ofstream(path("bad.toml")) << "batch_size = 0\n";
+  r = run_mxrl(dir_, "sft --model " + model() + " --out " + path("o2") + " --config " + path("bad.toml"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("bad.toml: key 'batch_size': --batch-size: must be >= 1, got 0"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  r = run_mxrl(dir_, "sft --model " + model());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("give --out DIR"), std::string::npos) << r.err;
+  // Resume refuses a setting given in the file as it does on the command line; other keys are fine.
+  r = run_mxrl(dir_, "sft --resume " + path("out/final") + " --out " + path("o3") + " --config " + path("sft.toml"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--task cannot be changed"), std::string::npos) << r.err;
+  std::ofstream(path("resume.toml")) << "out = \"" << path("o4") << "\"\nsamples = 0\n";
+  r = run_mxrl(dir_, "sft --resume " + path("out/final") + " --config " + path("resume.toml"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("o4/final/model.safetensors")));
+}
+
 TEST_F(SftCmd, DemoRunsEndToEnd) {
-  auto r = run_mxrl(dir_, "demo --out " + path("demo") + " --steps 3 --warmup 1 --eval-every 0 --eval-problems 4 --batch-size 4"
-                          " --rl-steps 2 --prompts-per-step 2 --samples-per-prompt 2 --metrics " + path("m.jsonl"));
+  // Settings from --config; the flag --rl-steps 2 beats rl_steps = 4.
+  std::ofstream(path("demo.toml")) << "steps = 3\nwarmup = 1\neval_every = 0\neval_problems = 4\nbatch_size = 4\n"
+                                      "rl_steps = 4\nprompts_per_step = 2\nsamples_per_prompt = 2\n";
+  auto r = run_mxrl(dir_, "demo --out " + path("demo") + " --config " + path("demo.toml") + " --rl-steps 2 --metrics " +
+                              path("m.jsonl"));
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("held-out greedy accuracy:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("after SFT (3 steps)"), std::string::npos) << r.out;  // steps = 3 from the file
   EXPECT_NE(r.out.find("after RL (2 steps, every sync passing all seven checks)"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(path("demo/init/config.json")));
   EXPECT_TRUE(fs::exists(path("demo/sft/final/model.safetensors")));

@@ -51,6 +51,9 @@ struct LearnerConfig {
   int64_t micro_batch_tokens = 4096;
   double aux_loss_coef = 0.0;  // MoE load balancing (0: off)
 };
+// Its fields (util/settings.h), the optimizer's included under "optim.": the
+// keys of the learner settings in the SFT and RL training states.
+const settings::Table<LearnerConfig>& learner_fields();
 
 // Policy log-probs are of softmax(logits / temperature) (temperature 1: the
 // logits as they are), each row divided in FP32 exactly as the sampler does

@@ -22,81 +22,47 @@ constexpr int64_t kUpdateGrain = 1 << 15;  // elements per parallel_for chunk, a
 
 const char* schedule_name(LrSchedule s) { return s == LrSchedule::Cosine ? "cosine" : "constant"; }
 
-bool finite(double x) { return std::isfinite(x); }
-
 }  // namespace
+
+const settings::Table<OptimConfig>& optim_fields() {
+  using settings::field;
+  using O = OptimConfig;
+  static const settings::Table<O> t = [] {
+    settings::Table<O> t = {
+      field<O>("lr", "Peak learning rate", &O::lr).above(0),
+      field<O>("warmup_steps", "Linear warmup steps", &O::warmup_steps).min(0).cli("warmup"),
+      settings::enum_field<O>("schedule", "Learning-rate schedule after the warmup", &O::schedule,
+                              std::vector<LrSchedule>{LrSchedule::Constant, LrSchedule::Cosine}, schedule_name),
+      field<O>("min_lr_ratio", "Cosine floor as a fraction of --lr", &O::min_lr_ratio).range(0, 1),
+      field<O>("weight_decay", "AdamW decoupled weight decay (linears, embeddings)", &O::weight_decay).min(0),
+      field<O>("clip_norm", "Gradient clipping by global norm (0: off)", &O::clip_norm).cli("clip"),
+      field<O>("beta1", "AdamW beta1 (momentum)", &O::beta1).min(0).below(1),
+      field<O>("beta2", "AdamW beta2", &O::beta2).min(0).below(1),
+      field<O>("eps", "AdamW epsilon", &O::eps).above(0).no_cli(),
+      field<O>("total_steps", "Cosine: the step at which lr reaches its floor", &O::total_steps).min(0).no_cli(),
+    };
+    for (auto& f : t) f.optional_key();  // from_json: a missing key keeps the default
+    return t;
+  }();
+  return t;
+}
 
 void OptimConfig::validate() const {
   const char* ctx = "optimizer config";
-  if (!finite(lr) || lr <= 0) fail("{}: lr must be a positive number, got {}", ctx, lr);
-  if (!(beta1 >= 0 && beta1 < 1)) fail("{}: beta1 must be in [0, 1), got {}", ctx, beta1);
-  if (!(beta2 >= 0 && beta2 < 1)) fail("{}: beta2 must be in [0, 1), got {}", ctx, beta2);
-  if (!finite(eps) || eps <= 0) fail("{}: eps must be a positive number, got {}", ctx, eps);
-  if (!finite(weight_decay) || weight_decay < 0)
-    fail("{}: weight_decay must be >= 0, got {}", ctx, weight_decay);
+  settings::check_bounds(optim_fields(), *this, ctx);
   if (lr * weight_decay >= 1)
     fail("{}: weight_decay {} times lr {} must be below 1 (the decay factor is 1 - lr * weight_decay)", ctx,
          weight_decay, lr);
-  if (std::isnan(clip_norm) || std::isinf(clip_norm))
-    fail("{}: clip_norm must be a number (<= 0 disables clipping), got {}", ctx, clip_norm);
-  if (warmup_steps < 0) fail("{}: warmup_steps must be >= 0, got {}", ctx, warmup_steps);
-  if (total_steps < 0) fail("{}: total_steps must be >= 0, got {}", ctx, total_steps);
-  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
-    fail("{}: min_lr_ratio must be in [0, 1], got {}", ctx, min_lr_ratio);
   if (schedule == LrSchedule::Cosine && total_steps <= warmup_steps)
     fail("{}: total_steps ({}) must exceed warmup_steps ({}) for the cosine schedule", ctx, total_steps,
          warmup_steps);
 }
 
-nlohmann::json OptimConfig::to_json() const {
-  return nlohmann::json{{"lr", lr},
-                        {"beta1", beta1},
-                        {"beta2", beta2},
-                        {"eps", eps},
-                        {"weight_decay", weight_decay},
-                        {"clip_norm", clip_norm},
-                        {"warmup_steps", warmup_steps},
-                        {"schedule", schedule_name(schedule)},
-                        {"total_steps", total_steps},
-                        {"min_lr_ratio", min_lr_ratio}};
-}
+nlohmann::json OptimConfig::to_json() const { return settings::to_json(optim_fields(), *this); }
 
 OptimConfig OptimConfig::from_json(const nlohmann::json& j) {
-  const char* ctx = "optimizer config";
-  if (!j.is_object()) fail("{}: expected a JSON object, got {}", ctx, j.type_name());
-  OptimConfig c;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    // Named references, not a structured binding: clang 14 cannot capture those in lambdas.
-    const std::string& key = it.key();
-    const nlohmann::json& val = it.value();
-    auto num = [&](double& out) {
-      if (!val.is_number()) fail("{}: {} must be a number, got {}", ctx, key, val.type_name());
-      out = val.get<double>();
-    };
-    auto integer = [&](int64_t& out) {
-      if (!val.is_number_integer()) fail("{}: {} must be an integer, got {}", ctx, key, val.dump());
-      if (val.is_number_unsigned() && val.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        fail("{}: {} is out of range: {}", ctx, key, val.dump());
-      out = val.get<int64_t>();
-    };
-    if (key == "lr") num(c.lr);
-    else if (key == "beta1") num(c.beta1);
-    else if (key == "beta2") num(c.beta2);
-    else if (key == "eps") num(c.eps);
-    else if (key == "weight_decay") num(c.weight_decay);
-    else if (key == "clip_norm") num(c.clip_norm);
-    else if (key == "min_lr_ratio") num(c.min_lr_ratio);
-    else if (key == "warmup_steps") integer(c.warmup_steps);
-    else if (key == "total_steps") integer(c.total_steps);
-    else if (key == "schedule") {
-      const std::string s = val.is_string() ? val.get<std::string>() : std::string();
-      if (s == "constant") c.schedule = LrSchedule::Constant;
-      else if (s == "cosine") c.schedule = LrSchedule::Cosine;
-      else fail("{}: schedule must be \"constant\" or \"cosine\", got {}", ctx, val.dump());
-    } else {
-      fail("{}: unknown key '{}'", ctx, key);
-    }
-  }
+  OptimConfig c;  // missing keys keep these defaults (every field is optional)
+  settings::from_json(optim_fields(), j, c, "optimizer config");
   c.validate();
   return c;
 }

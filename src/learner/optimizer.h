@@ -11,6 +11,7 @@
 
 #include "model/params.h"
 #include "numerics/mx.h"
+#include "util/settings.h"
 
 namespace mxrl {
 
@@ -32,6 +33,9 @@ struct OptimConfig {
   nlohmann::json to_json() const;
   static OptimConfig from_json(const nlohmann::json& j);
 };
+// Its fields (util/settings.h): key, flag, help, bounds. eps and total_steps
+// have no option (total_steps is set by the run for the cosine schedule).
+const settings::Table<OptimConfig>& optim_fields();
 
 // The learning rate of 0-based step `step`: lr * (step + 1) / warmup_steps
 // while step < warmup_steps; then lr (Constant), or (Cosine)

@@ -29,111 +29,105 @@ constexpr const char* kPendingRollout = "pending_rollout.bin";
 
 // ---- settings ----
 
-json RlConfig::to_json() const {
-  json j = {{"task", task},
-            {"seed", seed},
-            {"steps", steps},
-            {"prompts_per_step", prompts_per_step},
-            {"samples_per_prompt", samples_per_prompt},
-            {"max_new_tokens", max_new_tokens},
-            {"temperature", temperature},
-            {"adv_norm", name(adv_norm)},
-            {"adv_eps", adv_eps},
-            {"clip_low", loss.clip_low},
-            {"clip_high", loss.clip_high},
-            {"loss_agg", name(loss.agg)},
-            {"rollout_correction", name(loss.correction)},
-            {"correction_cap", loss.cap},
-            {"updates_per_batch", updates_per_batch},
-            {"sampler_plan", sampler_plan},
-            {"sync", sync::sync_mode_name(sync)},
-            {"checks", sync::check_mode_name(checks)},
-            {"agreement_every", agreement_every},
-            {"agreement_max_kl", agreement_max_kl},
-            {"agreement_max_abs_dlogp", agreement_max_abs_dlogp},
-            {"probe_prompts", probe_prompts},
-            {"eval_every", eval_every},
-            {"eval_problems", eval_problems},
-            {"save_every", save_every},
-            {"inject", inject},
-            {"off_policy", off_policy},
-            {"sync_chunk_bytes", sync_chunk_bytes}};
-  learner_config_to_json(learner, j);
-  return j;
+const settings::Table<RlConfig>& rl_fields() {
+  using settings::enum_field;
+  using settings::field;
+  using R = RlConfig;
+  static const settings::Table<R> t = [] {
+    auto loss = [](auto member) { return [member](R& c) -> auto& { return c.loss.*member; }; };
+    settings::Table<R> t = {
+        field<R>("task", "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)", &R::task),
+        field<R>("steps", "RL steps (each: generate, score, update, sync)", &R::steps).min(1),
+        field<R>("prompts_per_step", "Prompts per step (P)", &R::prompts_per_step).min(1),
+        field<R>("samples_per_prompt", "Samples per prompt (G)", &R::samples_per_prompt).min(1),
+        field<R>("max_new_tokens", "Generation limit (0: longest answer + 8)", &R::max_new_tokens).min(0),
+        field<R>("temperature", "Sampling temperature (the learner scores at the same one)", &R::temperature).above(0),
+        field<R>("seed", "Problem stream and sampling seed", &R::seed),
+        enum_field<R>("adv_norm", "Advantage: std ((r - mean) / (std + eps)) or none (r - mean, Dr. GRPO)",
+                      &R::adv_norm, std::vector<AdvNorm>{AdvNorm::Std, AdvNorm::None},
+                      [](AdvNorm v) { return name(v); }),
+        field<R>("adv_eps", "eps of the advantage normalisation", &R::adv_eps).min(0),
+        field<R>("clip_low", "PPO clip: ratio >= 1 - clip_low", loss(&PolicyLossConfig::clip_low)).min(0).below(1),
+        field<R>("clip_high", "PPO clip: ratio <= 1 + clip_high", loss(&PolicyLossConfig::clip_high)).min(0),
+        enum_field<R>("loss_agg", "token-mean, seq-mean-token-sum or seq-mean-token-mean", loss(&PolicyLossConfig::agg),
+                      std::vector<LossAgg>{LossAgg::TokenMean, LossAgg::SeqMeanTokenSum, LossAgg::SeqMeanTokenMean},
+                      [](LossAgg v) { return name(v); }),
+        enum_field<R>("rollout_correction", "none, tis (truncated importance weights) or mis (masking)",
+                      loss(&PolicyLossConfig::correction),
+                      std::vector<RolloutCorrection>{RolloutCorrection::None, RolloutCorrection::TIS,
+                                                     RolloutCorrection::MIS},
+                      [](RolloutCorrection v) { return name(v); }),
+        field<R>("correction_cap", "C of TIS / MIS", loss(&PolicyLossConfig::cap)).min(1),
+        field<R>("updates_per_batch", "Mini-batch updates per step (K)", &R::updates_per_batch).min(1),
+        field<R>("sampler_plan",
+                 "The sampler's precision plan (default: the recipe's): bf16, mxfp8, mxfp8-half, mxfp8-floor, "
+                 "fp8-block128, +fp8kv, a .toml",
+                 &R::sampler_plan),
+        enum_field<R>("sync",
+                      "ship (the learner's forward weights, byte for byte) or requantize (BF16 copies, quantized by "
+                      "the sampler)",
+                      &R::sync, std::vector<sync::SyncMode>{sync::SyncMode::Ship, sync::SyncMode::Requantize},
+                      sync::sync_mode_name),
+        enum_field<R>("checks", "stop (a failed check ends the run), warn, or off", &R::checks,
+                      std::vector<sync::CheckMode>{sync::CheckMode::Stop, sync::CheckMode::Warn, sync::CheckMode::Off},
+                      sync::check_mode_name),
+        // Optional (states saved before fault injection existed have none).
+        field<R>("inject",
+                 "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
+                 "See `mxrl faults --list`",
+                 &R::inject)
+            .optional_key(),
+        field<R>("agreement_every", "Run the agreement check on every Nth version (0: never)", &R::agreement_every)
+            .min(0),
+        field<R>("agreement_max_kl", "Agreement bound when the plans differ: mean exact KL per token",
+                 &R::agreement_max_kl)
+            .min(0),
+        field<R>("agreement_max_abs_dlogp", "Agreement bound when the plans differ: max |dlogp|",
+                 &R::agreement_max_abs_dlogp)
+            .min(0),
+        field<R>("probe_prompts", "Held-out prompts (with answers) in the agreement probe", &R::probe_prompts).min(0),
+        // Optional (states saved before the distributed runtime were on-policy, 1 MiB chunks).
+        field<R>("off_policy",
+                 "0: on-policy; 1: the samplers generate step t+1 under version t while the learner trains step t "
+                 "(staleness beyond it is refused)",
+                 &R::off_policy)
+            .range(0, 1)
+            .optional_key(),
+        field<R>("sync_chunk_bytes", "Payload bytes per chunk of a weight sync on the wire", &R::sync_chunk_bytes)
+            .range(1, static_cast<double>(int64_t{1} << 40))
+            .optional_key(),
+        field<R>("eval_every", "Steps between held-out greedy evaluations (0: before and after only)", &R::eval_every)
+            .min(0),
+        field<R>("eval_problems", "Held-out problems per evaluation", &R::eval_problems).min(0),
+        field<R>("save_every", "Keep a training-state directory every K steps (0: only final)", &R::save_every).min(0),
+    };
+    for (auto& f : settings::nest<R>(learner_fields(), &R::learner, "")) t.push_back(std::move(f));
+    settings::find_field(t, "optim.lr")->help =
+        "Peak learning rate (1e-4 is what `mxrl demo` uses for GRPO on the built-in tasks)";
+    return t;
+  }();
+  return t;
 }
 
+json RlConfig::to_json() const { return settings::to_json(rl_fields(), *this); }
+
 RlConfig RlConfig::from_json(const json& j) {
-  if (!j.is_object()) fail("{}: expected a JSON object, got {}", kCtx, j.type_name());
-  auto at = [&](const char* key) -> const json& {
-    if (!j.contains(key)) fail("{}: missing \"{}\"", kCtx, key);
-    return j[key];
-  };
-  auto where = [&](const char* key) { return fmt::format("{}: \"{}\"", kCtx, key); };
-  auto integer = [&](const char* key, int64_t lo) {
-    return jsonr::integer(at(key), lo, std::numeric_limits<int64_t>::max(), where(key));
-  };
-  auto number = [&](const char* key) { return jsonr::number(at(key), where(key)); };
-  auto string = [&](const char* key) { return jsonr::string(at(key), where(key)); };
   RlConfig c;
-  c.task = string("task");
-  c.seed = jsonr::unsigned_integer(at("seed"), where("seed"));
-  c.steps = integer("steps", 1);
-  c.prompts_per_step = integer("prompts_per_step", 1);
-  c.samples_per_prompt = integer("samples_per_prompt", 1);
-  c.max_new_tokens = integer("max_new_tokens", 0);
-  c.temperature = static_cast<float>(number("temperature"));
-  c.adv_norm = parse_adv_norm(string("adv_norm"));
-  c.adv_eps = number("adv_eps");
-  c.loss.clip_low = number("clip_low");
-  c.loss.clip_high = number("clip_high");
-  c.loss.agg = parse_loss_agg(string("loss_agg"));
-  c.loss.correction = parse_rollout_correction(string("rollout_correction"));
-  c.loss.cap = number("correction_cap");
-  c.updates_per_batch = integer("updates_per_batch", 1);
-  c.sampler_plan = string("sampler_plan");
-  c.sync = sync::parse_sync_mode(string("sync"));
-  c.checks = sync::parse_check_mode(string("checks"));
-  c.agreement_every = integer("agreement_every", 0);
-  c.agreement_max_kl = number("agreement_max_kl");
-  c.agreement_max_abs_dlogp = number("agreement_max_abs_dlogp");
-  c.probe_prompts = integer("probe_prompts", 0);
-  c.eval_every = integer("eval_every", 0);
-  c.eval_problems = integer("eval_problems", 0);
-  c.save_every = integer("save_every", 0);
-  // Optional (states saved before fault injection existed have none).
-  if (j.contains("inject")) {
-    if (!j["inject"].is_array()) fail("{}: \"inject\" must be an array of strings", kCtx);
-    for (const json& f : j["inject"]) c.inject.push_back(jsonr::string(f, where("inject")));
-  }
-  // Optional (states saved before the distributed runtime were on-policy, 1 MiB chunks).
-  if (j.contains("off_policy")) c.off_policy = jsonr::integer(j["off_policy"], 0, 1, where("off_policy"));
-  if (j.contains("sync_chunk_bytes"))
-    c.sync_chunk_bytes = jsonr::integer(j["sync_chunk_bytes"], 1, int64_t{1} << 40, where("sync_chunk_bytes"));
-  c.learner = learner_config_from_json(j, kCtx);
+  settings::from_json(rl_fields(), j, c, kCtx);
+  c.learner.optim.validate();
   return c;
 }
 
 void RlConfig::validate() const {
-  if (steps < 1) fail("steps must be at least 1, got {}", steps);
-  if (prompts_per_step < 1) fail("prompts per step must be at least 1, got {}", prompts_per_step);
-  if (samples_per_prompt < 1) fail("samples per prompt must be at least 1, got {}", samples_per_prompt);
-  if (max_new_tokens < 0) fail("max_new_tokens must be >= 0, got {}", max_new_tokens);
-  if (!(temperature > 0.0f) || !std::isfinite(temperature))
-    fail("RL samples at a positive temperature, got {}", temperature);
-  if (!(adv_eps >= 0) || !std::isfinite(adv_eps)) fail("adv_eps must be >= 0, got {}", adv_eps);
+  settings::check_bounds(rl_fields(), *this, kCtx);
   loss.validate();
   if (updates_per_batch < 1 || updates_per_batch > prompts_per_step * samples_per_prompt)
     fail("updates_per_batch must be in [1, prompts x samples = {}], got {}", prompts_per_step * samples_per_prompt,
          updates_per_batch);
-  if (agreement_every < 0 || probe_prompts < 0 || eval_every < 0 || eval_problems < 0 || save_every < 0)
-    fail("agreement_every, probe_prompts, eval_every, eval_problems and save_every must be >= 0");
-  if (!(agreement_max_kl >= 0) || !(agreement_max_abs_dlogp >= 0)) fail("agreement bounds must be >= 0");
   learner.optim.validate();
   const FaultPlan faults = FaultPlan::parse(inject);
-  if (off_policy < 0 || off_policy > 1) fail("off_policy must be 0 (on-policy) or 1 (one step behind), got {}", off_policy);
   if (off_policy > 0 && faults.injected(Fault::SyncMidGeneration))
     fail("--inject sync-mid-generation models an on-policy pipeline; it cannot run with --off-policy {}", off_policy);
-  if (sync_chunk_bytes < 1) fail("sync_chunk_bytes must be positive, got {}", sync_chunk_bytes);
 }
 
 json RlStepStats::to_json() const {

@@ -77,12 +77,22 @@ struct RlConfig {
   // older than the bound is refused.
   int64_t off_policy = 0;
   int64_t sync_chunk_bytes = 1 << 20;  // the chunked channel's payload per chunk (not the math)
-  LearnerConfig learner;
+  // RL's learning rate is the one that works on the built-in tasks (the demo's
+  // GRPO phase); 1e-3, the optimizer's default, wrecks an SFT warm start
+  // within a few steps.
+  LearnerConfig learner = [] {
+    LearnerConfig l;
+    l.optim.lr = 1e-4;
+    return l;
+  }();
 
   nlohmann::json to_json() const;
-  static RlConfig from_json(const nlohmann::json& j);  // strict: every key, right types
+  static RlConfig from_json(const nlohmann::json& j);  // strict: every key, right types, in bounds
   void validate() const;
 };
+// Its fields (util/settings.h), the learner's included (flat, "optim" nested):
+// the training state's "rl" settings, the options of `mxrl rl`.
+const settings::Table<RlConfig>& rl_fields();
 
 // One step's figures (also the metrics line).
 struct RlStepStats {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "model/checkpoint.h"
 #include "model/init.h"
@@ -288,6 +289,70 @@ TEST(Grpo, SettingsRoundTripAndAreReadStrictly) {
   bad = j;
   bad["loss_agg"] = "sum";
   EXPECT_THROW(RlConfig::from_json(bad), Error);
+}
+
+template <typename F>
+std::string error_text(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// The "rl" settings of a training state saved by mxrl before the settings
+// tables (commit c7e12d7, `mxrl rl --steps 1 --task addition:digits=1
+// --prompts-per-step 2 --samples-per-prompt 2 --max-new-tokens 3
+// --eval-problems 2 --probe-prompts 1`): read as they were, written back byte
+// for byte, so such states still resume.
+const char* kSavedRlSettings = R"({"adv_eps": 1e-06, "adv_norm": "std", "agreement_every": 1, "agreement_max_abs_dlogp": 5.0, "agreement_max_kl": 0.05, "aux_loss_coef": 0.0, "checks": "stop", "clip_high": 0.28, "clip_low": 0.2, "correction_cap": 2.0, "eval_every": 0, "eval_problems": 2, "inject": [], "loss_agg": "token-mean", "max_new_tokens": 3, "micro_batch_tokens": 4096, "off_policy": 0, "optim": {"beta1": 0.9, "beta2": 0.95, "clip_norm": 1.0, "eps": 1e-08, "lr": 0.001, "min_lr_ratio": 0.1, "schedule": "constant", "total_steps": 0, "warmup_steps": 0, "weight_decay": 0.0}, "probe_prompts": 1, "prompts_per_step": 2, "recipe": {"floor": false, "hybrid": false, "plan": "mxfp8", "requant_every_microbatch": false}, "rollout_correction": "none", "sampler_plan": "", "samples_per_prompt": 2, "save_every": 0, "seed": 0, "steps": 1, "sync": "ship", "sync_chunk_bytes": 1048576, "task": "addition:digits=1", "temperature": 1.0, "updates_per_batch": 1})";
+
+TEST(Grpo, SettingsOfSavedStatesReadAndWriteAsBefore) {
+  const nlohmann::json saved = nlohmann::json::parse(kSavedRlSettings);
+  const RlConfig c = RlConfig::from_json(saved);
+  EXPECT_EQ(c.to_json().dump(), saved.dump());
+  RlConfig d;  // the same settings, set by hand
+  d.task = "addition:digits=1", d.steps = 1, d.prompts_per_step = 2, d.samples_per_prompt = 2, d.max_new_tokens = 3;
+  d.eval_problems = 2, d.probe_prompts = 1, d.learner.optim.lr = 1e-3;
+  EXPECT_EQ(d.to_json().dump(), saved.dump());
+  // States saved before fault injection and the distributed runtime lack these keys.
+  nlohmann::json older = saved;
+  for (const char* k : {"inject", "off_policy", "sync_chunk_bytes"}) older.erase(k);
+  EXPECT_EQ(RlConfig::from_json(older).to_json().dump(), saved.dump());
+  // Every key is needed, none unknown; errors are one line naming the key.
+  nlohmann::json bad = saved;
+  bad["optim"]["lrr"] = 1;
+  EXPECT_EQ(error_text([&] { RlConfig::from_json(bad); }), "RL settings: unknown key 'optim.lrr'");
+  bad = saved;
+  bad["recipe"].erase("floor");
+  EXPECT_EQ(error_text([&] { RlConfig::from_json(bad); }), "RL settings: missing \"recipe.floor\"");
+  bad = saved;
+  bad["steps"] = 0;
+  EXPECT_EQ(error_text([&] { RlConfig::from_json(bad); }), "RL settings: steps must be >= 1, got 0");
+}
+
+TEST(Grpo, EverySettingHasOneFlagAndTheBoundsValidateChecks) {
+  std::set<std::string> flags;
+  for (const auto& f : rl_fields())
+    if (!f.flag.empty()) {
+      EXPECT_TRUE(flags.insert(f.flag).second) << f.flag;
+    }
+  EXPECT_TRUE(flags.count("lr") && flags.count("clip") && flags.count("recipe") && flags.count("adv-norm"));
+  EXPECT_FALSE(flags.count("eps") || flags.count("total-steps"));  // set by the run, not options
+  RlConfig c;
+  c.temperature = 0;
+  EXPECT_EQ(error_text([&] { c.validate(); }), "RL settings: temperature must be > 0, got 0");
+  c = RlConfig();
+  c.learner.micro_batch_tokens = 0;
+  EXPECT_EQ(error_text([&] { c.validate(); }), "RL settings: micro_batch_tokens must be >= 1, got 0");
+}
+
+// 1e-3, the optimizer's default, wrecks an SFT warm start within 3-10 GRPO
+// steps on the built-in tasks; RL's default is the demo's 1e-4.
+TEST(Grpo, DefaultLearningRateIsTheOneThatWorksOnTheBuiltInTasks) {
+  EXPECT_EQ(RlConfig().learner.optim.lr, 1e-4);
+  EXPECT_EQ(OptimConfig().lr, 1e-3);  // SFT keeps its own
 }
 
 }  // namespace

@@ -19,77 +19,43 @@ namespace mxrl::rl {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-void learner_config_to_json(const LearnerConfig& l, json& j) {
-  const Recipe& r = l.recipe;
-  j["recipe"] = {{"plan", r.plan}, {"hybrid", r.hybrid}, {"floor", r.floor},
-                 {"requant_every_microbatch", r.requant_every_microbatch}};
-  j["micro_batch_tokens"] = l.micro_batch_tokens;
-  j["aux_loss_coef"] = l.aux_loss_coef;
-  j["optim"] = l.optim.to_json();
+const settings::Table<SftConfig>& sft_fields() {
+  using settings::field;
+  using S = SftConfig;
+  static const settings::Table<S> t = [] {
+    settings::Table<S> t = {
+        field<S>("task", "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], "
+                         "sort[:len=L,max=M], countdown[:count=C,max=M]", &S::task),
+        field<S>("steps", "Optimizer steps", &S::steps).min(1),
+        field<S>("batch_size", "Sequences per optimizer step", &S::batch_size).min(1),
+    };
+    for (auto& f : settings::nest<S>(learner_fields(), &S::learner, "")) t.push_back(std::move(f));
+    for (auto f : {
+             field<S>("eval_every", "Steps between evaluations (0: only at the end)", &S::eval_every).min(0),
+             field<S>("eval_problems", "Held-out problems per evaluation", &S::eval_problems).min(0),
+             field<S>("max_new_tokens", "Generation limit at evaluation (0: longest answer + 8)", &S::max_new_tokens)
+                 .min(0),
+             field<S>("seed", "Problem stream seed", &S::seed),
+             field<S>("save_every", "Keep a training-state directory every K steps (0: only final)", &S::save_every)
+                 .min(0),
+         })
+      t.push_back(std::move(f));
+    return t;
+  }();
+  return t;
 }
 
-LearnerConfig learner_config_from_json(const json& j, const char* ctx) {
-  auto at = [&](const json& o, const char* key) -> const json& {
-    if (!o.is_object() || !o.contains(key)) fail("{}: missing \"{}\"", ctx, key);
-    return o[key];
-  };
-  auto where = [&](const char* key) { return fmt::format("{}: \"{}\"", ctx, key); };
-  LearnerConfig l;
-  const json& r = at(j, "recipe");
-  l.recipe.plan = jsonr::string(at(r, "plan"), where("recipe.plan"));
-  l.recipe.hybrid = jsonr::boolean(at(r, "hybrid"), where("recipe.hybrid"));
-  l.recipe.floor = jsonr::boolean(at(r, "floor"), where("recipe.floor"));
-  l.recipe.requant_every_microbatch =
-      jsonr::boolean(at(r, "requant_every_microbatch"), where("recipe.requant_every_microbatch"));
-  l.micro_batch_tokens =
-      jsonr::integer(at(j, "micro_batch_tokens"), 1, std::numeric_limits<int64_t>::max(), where("micro_batch_tokens"));
-  l.aux_loss_coef = jsonr::number(at(j, "aux_loss_coef"), where("aux_loss_coef"));
-  l.optim = OptimConfig::from_json(at(j, "optim"));
-  return l;
-}
-
-json SftConfig::to_json() const {
-  json j = {{"task", task},
-            {"steps", steps},
-            {"batch_size", batch_size},
-            {"seed", seed},
-            {"eval_every", eval_every},
-            {"eval_problems", eval_problems},
-            {"max_new_tokens", max_new_tokens},
-            {"save_every", save_every}};
-  learner_config_to_json(learner, j);
-  return j;
-}
+json SftConfig::to_json() const { return settings::to_json(sft_fields(), *this); }
 
 SftConfig SftConfig::from_json(const json& j) {
-  constexpr const char* ctx = "SFT settings";
-  if (!j.is_object()) fail("{}: expected a JSON object, got {}", ctx, j.type_name());
-  auto at = [&](const json& o, const char* key) -> const json& {
-    if (!o.is_object() || !o.contains(key)) fail("{}: missing \"{}\"", ctx, key);
-    return o[key];
-  };
-  auto where = [&](const char* key) { return fmt::format("{}: \"{}\"", ctx, key); };
-  auto int_at = [&](const char* key, int64_t lo) {
-    return jsonr::integer(at(j, key), lo, std::numeric_limits<int64_t>::max(), where(key));
-  };
   SftConfig c;
-  c.task = jsonr::string(at(j, "task"), where("task"));
-  c.steps = int_at("steps", 1);
-  c.batch_size = int_at("batch_size", 1);
-  c.seed = jsonr::unsigned_integer(at(j, "seed"), where("seed"));
-  c.eval_every = int_at("eval_every", 0);
-  c.eval_problems = int_at("eval_problems", 0);
-  c.max_new_tokens = int_at("max_new_tokens", 0);
-  c.save_every = int_at("save_every", 0);
-  c.learner = learner_config_from_json(j, ctx);
+  settings::from_json(sft_fields(), j, c, "SFT settings");
+  c.learner.optim.validate();
   return c;
 }
 
 void SftConfig::validate() const {
-  if (steps < 1) fail("steps must be at least 1, got {}", steps);
-  if (batch_size < 1) fail("batch size must be at least 1, got {}", batch_size);
-  if (eval_every < 0 || eval_problems < 0 || save_every < 0 || max_new_tokens < 0)
-    fail("eval_every, eval_problems, save_every and max_new_tokens must be >= 0");
+  settings::check_bounds(sft_fields(), *this, "SFT settings");
   learner.optim.validate();
 }
 

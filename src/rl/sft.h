@@ -35,9 +35,12 @@ struct SftConfig {
   int64_t save_every = 0;         // keep a training-state directory every K steps (0: none)
   LearnerConfig learner;
   nlohmann::json to_json() const;
-  static SftConfig from_json(const nlohmann::json& j);
+  static SftConfig from_json(const nlohmann::json& j);  // strict: every key, right types, in bounds
   void validate() const;
 };
+// Its fields (util/settings.h), the learner's included (flat, "optim" nested):
+// the training state's "sft" settings, the options of `mxrl sft`.
+const settings::Table<SftConfig>& sft_fields();
 
 // What a run on a task takes from its checkpoint: the tokenizer (and its
 // files, saved again with every training state), the end-of-text token, and
@@ -54,11 +57,6 @@ struct TaskSetup {
 TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& cfg, const std::string& tokenizer_json,
                           const std::string& tokenizer_config_json, uint64_t seed, int64_t max_new_tokens,
                           int64_t count);
-
-// The learner settings (recipe, micro-batch budget, aux loss, optimizer) as
-// keys of a settings object, shared by the SFT and RL training states.
-void learner_config_to_json(const LearnerConfig& l, nlohmann::json& into);
-LearnerConfig learner_config_from_json(const nlohmann::json& j, const char* ctx);  // strict
 
 // prompt + answer + eos, with the answer's tokens and eos as targets.
 Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, int32_t eos);

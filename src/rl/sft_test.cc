@@ -113,5 +113,36 @@ TEST(Sft, LearnsOneDigitAdditionAndEvaluatesThroughTheSampler) {
   EXPECT_GT(after.accuracy, before.accuracy);
 }
 
+// The "sft" settings of a training state saved by mxrl before the settings
+// tables (commit c7e12d7, `mxrl sft --steps 1 --task addition:digits=1
+// --batch-size 2 --eval-problems 2`): read, and written back byte for byte.
+TEST(Sft, SettingsOfSavedStatesReadAndWriteAsBefore) {
+  const nlohmann::json saved = nlohmann::json::parse(R"({"aux_loss_coef": 0.0, "batch_size": 2, "eval_every": 100, "eval_problems": 2, "max_new_tokens": 0, "micro_batch_tokens": 4096, "optim": {"beta1": 0.9, "beta2": 0.95, "clip_norm": 1.0, "eps": 1e-08, "lr": 0.001, "min_lr_ratio": 0.1, "schedule": "constant", "total_steps": 0, "warmup_steps": 0, "weight_decay": 0.0}, "recipe": {"floor": false, "hybrid": false, "plan": "mxfp8", "requant_every_microbatch": false}, "save_every": 0, "seed": 0, "steps": 1, "task": "addition:digits=1"})");
+  EXPECT_EQ(SftConfig::from_json(saved).to_json().dump(), saved.dump());
+  SftConfig c;
+  c.task = "addition:digits=1", c.steps = 1, c.batch_size = 2, c.eval_problems = 2;
+  EXPECT_EQ(c.to_json().dump(), saved.dump());
+  // A changed round trip of every kind of field.
+  c.seed = ~uint64_t{0}, c.learner.recipe.hybrid = true, c.learner.optim.schedule = LrSchedule::Cosine;
+  c.learner.optim.total_steps = 5, c.learner.optim.lr = 0.1 + 0.2, c.learner.aux_loss_coef = 1.0 / 3;
+  EXPECT_EQ(SftConfig::from_json(nlohmann::json::parse(c.to_json().dump())).to_json(), c.to_json());
+  nlohmann::json bad = saved;
+  bad["batch_size"] = "2";
+  try {
+    SftConfig::from_json(bad);
+    ADD_FAILURE() << "accepted a string batch size";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "SFT settings: batch_size must be an integer, got \"2\" (string)");
+  }
+  c = SftConfig();
+  c.eval_every = -1;
+  try {
+    c.validate();
+    ADD_FAILURE() << "accepted eval_every -1";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "SFT settings: eval_every must be >= 0, got -1");
+  }
+}
+
 }  // namespace
 }  // namespace mxrl::rl
