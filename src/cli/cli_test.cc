@@ -214,6 +214,18 @@ TEST_F(Cli, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
   EXPECT_EQ(slurp(out), "keep");
 }
 
+// The bench bodies (bench/) behind the CLI's options: --kernels is the
+// bench's Exec::pair_kernel, named in its output.
+TEST_F(Cli, BenchGemmQuickJsonNamesThePairKernel) {
+  const CmdResult r = run("bench gemm --quick --json --min-time 0 --threads 1 --kernels fma");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["pair_kernel"], "fma");
+  EXPECT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(run("bench gemm --quick --kernels nope").rc, 2);
+}
+
 TEST_F(Cli, BenchQuantizeJson) {
   const CmdResult r = run("bench quantize --json --size-mib 2 --min-time 0 --threads 1");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "rl/fault_matrix.h"
 #include "rl/warm_start.h"
 #include "util/faults.h"

@@ -25,7 +25,7 @@
 #include <optional>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "model/checkpoint.h"
 #include "model/compressed_tensors.h"
 #include "sampler/engine.h"

@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "cli/rl_cli.h"
 #include "cli/sft_cli.h"
 #include "rl/distributed.h"
@@ -188,9 +188,8 @@ void run_distributed(RlCmdArgs& a, CLI::App* c, const Exec& exec) {
 void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   if (!a.config.empty()) apply_config_file(c, a.config);
   if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
-  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
-  const Exec exec{&pool};
+  const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   const bool distributed = a.learners > 0 || a.samplers > 0;
   if (distributed && (a.learners < 1 || a.samplers < 1))
     fail("a distributed run needs both --learners L and --samplers S (each at least 1), got {} and {}", a.learners,

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "cli/sft_cli.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -134,9 +134,8 @@ struct SftCmdArgs : SftCliArgs {
 };
 
 void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
-  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
-  const Exec exec{&pool};
+  const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   if (!a.resume.empty()) {
     std::vector<const char*> fixed = {"--model", "--task", "--data", "--steps", "--batch-size", "--eval-every",
                                       "--eval-problems", "--max-new-tokens", "--seed", "--save-every"};
