@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "io/mx_file.h"
@@ -212,6 +213,22 @@ TEST_F(Cli, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
   std::ofstream(out) << "keep";
   EXPECT_EQ(run(fmt::format("dequantize {} {}", in, out)).rc, 1);
   EXPECT_EQ(slurp(out), "keep");
+}
+
+// One version number: `mxrl --version` is CMakeLists.txt's project(mxrl VERSION ...),
+// the line pyproject.toml takes the Python package's version from (python/tests
+// check the installed package against this binary).
+TEST_F(Cli, VersionIsTheProjectVersionThePythonPackageReads) {
+  const CmdResult r = run("--version");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string cmake = slurp(std::string(MXRL_SOURCE_DIR) + "/CMakeLists.txt");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(cmake, m, std::regex(R"(project\(mxrl\s+VERSION\s+([0-9][0-9.]*))")));
+  EXPECT_EQ(r.out, "mxrl " + m[1].str() + "\n");
+  const std::string pyproject = slurp(std::string(MXRL_SOURCE_DIR) + "/pyproject.toml");
+  EXPECT_NE(pyproject.find("dynamic = [\"version\"]"), std::string::npos);
+  EXPECT_NE(pyproject.find("input = \"CMakeLists.txt\""), std::string::npos);
+  EXPECT_FALSE(std::regex_search(pyproject, std::regex(R"(\n\s*version\s*=)"))) << "a second, static version";
 }
 
 // The bench bodies (bench/) behind the CLI's options: --kernels is the
