@@ -20,6 +20,7 @@ from ._mxrl import (  # noqa: F401
     Model,
     Sampler,
     Tokenizer,
+    __version__,
     dequantize,
     elem_grid,
     format_info,
@@ -31,6 +32,7 @@ from ._mxrl import (  # noqa: F401
 from . import sync  # noqa: F401
 
 __all__ = [
+    "__version__",
     "Model",
     "Sampler",
     "Tokenizer",

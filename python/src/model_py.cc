@@ -24,7 +24,7 @@
 #include "model/score.h"
 #include "py_model.h"
 #include "sampler/engine.h"
-#include "sampler/prompts.h"
+#include "sampler/generate.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -115,61 +115,24 @@ struct PySampler {
 
 nb::list generate(const PySampler& s, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
                   int64_t max_new_tokens, float temperature, float top_p, int64_t top_k, uint64_t seed,
-                  std::optional<std::vector<int32_t>> stop_tokens) {
-  const ModelConfig& cfg = s.model.model->config();
-  SamplingParams sp;
-  sp.temperature = temperature;
-  sp.top_p = top_p;
-  sp.top_k = top_k;
-  sp.validate();
-  if (n < 1) throw nb::value_error(fmt::format("n must be >= 1, got {}", n).c_str());
-  if (max_new_tokens < 1) throw nb::value_error(fmt::format("max_new_tokens must be >= 1, got {}", max_new_tokens).c_str());
-  std::vector<int32_t> stop;
-  if (stop_tokens) {
-    stop = *stop_tokens;
-    check_tokens(stop, cfg.vocab_size, "stop_tokens");
-  } else {
-    stop = default_stop_tokens(cfg, s.model.tokenizer ? &*s.model.tokenizer : nullptr);
-  }
-  std::sort(stop.begin(), stop.end());
-  stop.erase(std::unique(stop.begin(), stop.end()), stop.end());
-  EngineOptions eo;
-  eo.kv_budget_tokens = s.kv_budget;
-  eo.prefix_sharing = s.prefix_sharing;
-  eo.max_prefill_tokens = std::max(eo.max_prefill_tokens, cfg.max_position_embeddings);
-  Engine engine(s.model.model, /*version=*/0, eo, {s.model.pool.get()});
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::string label = fmt::format("prompts[{}]", i);
-    const int64_t len = static_cast<int64_t>(prompts[i].size());
-    if (len < 1) throw nb::value_error(fmt::format("{}: an empty prompt", label).c_str());
-    check_tokens(prompts[i], cfg.vocab_size, label);
-    const int64_t need = std::min(len + max_new_tokens, cfg.max_position_embeddings);
-    if (need > s.kv_budget)
-      throw nb::value_error(fmt::format("{}: a sample of this prompt ({} tokens) with max_new_tokens {} needs {} KV "
-                                        "cache positions, more than kv_budget {}", label, len, max_new_tokens, need,
-                                        s.kv_budget).c_str());
-    GenerationRequest r;
-    r.id = static_cast<int64_t>(i);
-    r.prompt = prompts[i];
-    r.n = n;
-    r.max_new_tokens = max_new_tokens;
-    r.sampling = sp;
-    r.stop_tokens = stop;
-    r.seed = seed;
-    try {
-      engine.submit(r);
-    } catch (const Error& e) {
-      throw nb::value_error(fmt::format("{}: {}", label, e.what()).c_str());
-    }
-  }
+                  std::optional<std::vector<int64_t>> stop_tokens) {
+  GenerateOptions o;
+  o.n = n;
+  o.max_new_tokens = max_new_tokens;
+  o.sampling.temperature = temperature;
+  o.sampling.top_p = top_p;
+  o.sampling.top_k = top_k;
+  o.seed = seed;
+  const std::vector<int64_t> listed = stop_tokens.value_or(std::vector<int64_t>{});
+  o.stop_tokens = generation_stop_tokens(s.model.model->config(), !stop_tokens, listed, "stop_tokens");
+  o.kv_budget = s.kv_budget;
+  o.prefix_sharing = s.prefix_sharing;
   std::vector<GeneratedSample> samples;
   {
     nb::gil_scoped_release unlocked;
-    samples = engine.run();
+    samples = mxrl::generate(s.model.model, prompts, o, {s.model.pool.get()},
+                             [](size_t i) { return fmt::format("prompts[{}]", i); });
   }
-  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& x, const GeneratedSample& y) {
-    return x.request != y.request ? x.request < y.request : x.index < y.index;
-  });
   nb::list out;
   for (size_t i = 0; i < prompts.size(); ++i) out.append(nb::list());
   for (const GeneratedSample& g : samples) {
@@ -230,7 +193,10 @@ batching.)doc")
 dicts: tokens (int32), logprobs (float32, at the sampling temperature), finish_reason
 ("stop" or "length"), version, and text when the model has a tokenizer. A sample depends
 only on (seed, prompt index, sample index): the same as `mxrl generate --seed` on the same
-prompts. ``stop_tokens``: None for the model's defaults (as the CLI).)doc");
+prompts. ``stop_tokens``: None for the default, the model's EOS token (config.json
+eos_token_id, the first if it lists several): the one stop of `mxrl generate` and of RL
+and SFT rollouts, so a sample here reproduces a rollout. Chat tokens such as
+<|im_end|> stop only when listed; a list replaces the default.)doc");
 }
 
 }  // namespace mxrl::py

@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 
 #include "util/error.h"
+#include "util/version.h"
 
 namespace nb = nanobind;
 
@@ -15,6 +16,7 @@ void bind_sync(nb::module_& m);
 
 NB_MODULE(_mxrl, m) {
   m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler and weight-sync checks.";
+  m.attr("__version__") = MXRL_VERSION;  // the CLI's too (CMakeLists.txt project VERSION)
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

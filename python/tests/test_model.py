@@ -82,6 +82,22 @@ def test_generate_equals_cli(cli, tiny_dense, tmp_path):
         assert [s["tokens"].tolist() for s in a] == [s["tokens"].tolist() for s in b]
 
 
+def test_default_stop_is_the_eos_rl_rollouts_stop_on(tiny_dense):
+    """One stop-token default everywhere: the config's eos_token_id (what RL and SFT rollouts stop on), not
+    <|im_end|>; the same as `mxrl generate`'s (test_generate_equals_cli)."""
+    m = mxrl.Model.load(tiny_dense, "mxfp8")
+    eos = m.config["eos_token_id"]
+    im_end = m.tokenizer.encode("<|im_end|>")[0]
+    assert eos != im_end
+    prompts = [m.tokenizer.encode("12+34="), m.tokenizer.encode("The quick brown fox")]
+    s = mxrl.Sampler(m)
+    default = s.generate(prompts, n=16, max_new_tokens=48, seed=7)
+    rollout = s.generate(prompts, n=16, max_new_tokens=48, seed=7, stop_tokens=[eos])
+    assert [[g["tokens"].tolist() for g in p] for p in default] == [[g["tokens"].tolist() for g in p] for p in rollout]
+    assert any(im_end in g["tokens"][:-1].tolist() for p in rollout for g in p), "no sample tells the defaults apart"
+    assert "eos_token_id" in mxrl.Sampler.generate.__doc__
+
+
 def test_bad_inputs(tiny_dense, tmp_path):
     m = mxrl.Model.load(tiny_dense, "mxfp8")
     v = m.config["vocab_size"]

@@ -1,121 +1,128 @@
-// mxrl bench quantize: MX quantize/dequantize throughput beside memcpy of the
-// same bytes, measured in the same run with the same threads.
+// mxrl bench ...: the options of each benchmark; the bodies are the bench
+// library's (bench/bench.h).
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <functional>
-#include <random>
-#include <vector>
+#include <memory>
 
-
-#include "cli/bench_util.h"
+#include "bench/bench.h"
 #include "cli/commands.h"
-#include "cli/progress.h"
-#include "kernels/gemm.h"
-#include "numerics/mx.h"
-#include "util/thread_pool.h"
+#include "model/init.h"
 
 namespace mxrl::cli {
 
 namespace {
-struct BenchArgs {
-  int threads = 1;
-  bool json = false;
-  int size_mib = 64;
-  std::string elem = "e4m3";
-  double min_time = 0.3;
-};
 
-
-struct Result {
-  std::string op;
-  double bytes_in;  // input bytes per run
-  double elems;
-  double seconds;
-};
-
-void bench_quantize(const BenchArgs& a) {
-  ThreadPool pool(a.threads);
-  const auto elem = *elem_from_name(a.elem);
-  const int64_t cols = 4096, rows = std::max<int64_t>(32, int64_t(a.size_mib) * (1 << 20) / 4 / cols / 32 * 32);
-  const int64_t n = rows * cols;
-  std::vector<float> x(n), copy(n), y(n);
-  std::vector<uint8_t> codes(n), scales(mx_num_scales(rows, cols, Axis::Row));
-  std::mt19937 rng(0);
-  std::normal_distribution<float> nd(0, 1);
-  for (auto& v : x) v = nd(rng);
-  const Exec exec{&pool, Backend::Auto};
-  const double fbytes = 4.0 * n;
-  auto memcpy_par = [&] {
-    pool.parallel_for(n, [&](int64_t b, int64_t e) {
-      std::memcpy(copy.data() + b, x.data() + b, (e - b) * sizeof(float));
-    }, 1 << 16);
-  };
-  auto quant = [&](Axis axis, Rounding r, Backend be) {
-    return [&, axis, r, be] {
-      MxConfig cfg{elem, ScaleRule::RCeil, axis, r, 1};
-      mx_quantize(x.data(), InType::F32, rows, cols, cfg, codes.data(), scales.data(), {&pool, be});
-    };
-  };
-  std::vector<Result> res;
-  Progress progress;
-  auto run = [&](const std::string& op, double bytes, const std::function<void()>& fn, double min_time) {
-    progress.show("  measuring " + op);
-    res.push_back({op, bytes, static_cast<double>(n), time_median(fn, min_time)});
-  };
-  run("memcpy", fbytes, memcpy_par, a.min_time);
-  run("quantize row (rne)", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Auto), a.min_time);
-  run("quantize col (rne)", fbytes, quant(Axis::Col, Rounding::RNE, Backend::Auto), a.min_time);
-  run("quantize row (stochastic)", fbytes, quant(Axis::Row, Rounding::Stochastic, Backend::Auto), a.min_time);
-  run("dequantize row", double(n) + double(scales.size()), [&] {
-    mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, y.data(), exec);
-  }, a.min_time);
-  run("quantize row, scalar ref", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Scalar), 0);
-
-  progress.clear();
-  const double memcpy_gbps = res[0].bytes_in / res[0].seconds / 1e9;
-  const Backend be = resolve_backend(Backend::Auto);
-  nlohmann::json j = {{"bench", "quantize"}, {"threads", pool.size()}, {"backend", backend_name(be)},
-                      {"elem", a.elem}, {"scale_rule", "rceil"}, {"shape", {rows, cols}},
-                      {"memcpy_gbps", memcpy_gbps}, {"results", nlohmann::json::array()}};
-  if (!a.json)
-    fmt::print("bench quantize: {} x {} FP32 ({:.0f} MiB), {} {}, backend {}, {} thread(s); median times\n"
-               "{:<28} {:>10} {:>10} {:>10}\n", rows, cols, fbytes / (1 << 20), a.elem, "rceil",
-               backend_name(be), pool.size(), "op", "GB/s in", "Gelem/s", "x memcpy");
-  for (const Result& r : res) {
-    const double gbps = r.bytes_in / r.seconds / 1e9;
-    j["results"].push_back({{"op", r.op}, {"seconds", r.seconds}, {"gbps_input", gbps},
-                            {"gelem_per_s", r.elems / r.seconds / 1e9}, {"ratio_to_memcpy", gbps / memcpy_gbps}});
-    if (!a.json)
-      fmt::print("{:<28} {:>10.2f} {:>10.3f} {:>10.2f}\n", r.op, gbps, r.elems / r.seconds / 1e9,
-                 gbps / memcpy_gbps);
-  }
-  if (a.json) fmt::print("{}\n", j.dump());
+void add_bench_quantize(CLI::App* bench) {
+  auto a = std::make_shared<bench::QuantizeOptions>();
+  auto* q = bench->add_subcommand("quantize", "MX quantize/dequantize GB/s beside memcpy of the same bytes");
+  q->add_option("--threads", a->threads, "Worker threads (0: all cores)")
+      ->check(non_negative())->capture_default_str();
+  q->add_flag("--json", a->json, "Print one JSON object (last line) instead of a table");
+  q->add_option("--size-mib", a->size_mib, "FP32 input size in MiB")->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  q->add_option("--elem", a->elem, "Element type")->check(CLI::IsMember({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}))
+      ->capture_default_str();
+  q->add_option("--min-time", a->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  q->callback([a] { bench::run_quantize(*a); });
 }
-}  // namespace
 
-// --kernels (commands.h): shared by the training, RL and bench commands.
-void apply_kernels_option(const std::string& kernels) { detail::select_pair_kernel(kernels); }
-const char* pair_kernel_in_use() { return detail::pair_kernel_name(detail::gemm_pair_kernel()); }
+void add_bench_gemm(CLI::App* bench) {
+  auto a = std::make_shared<bench::GemmOptions>();
+  auto kernels = std::make_shared<std::string>("auto");
+  auto* g = bench->add_subcommand("gemm", "GEMM GFLOP/s (BF16, MXFP8, FP32 weights) beside oneDNN BF16 and FP32 matmul");
+  add_threads_option(g, &a->threads);
+  add_kernels_option(g, kernels.get());
+  g->add_flag("--json", a->json, "Print one JSON object (last line) instead of a table");
+  g->add_flag("--quick", a->quick, "Fewer shapes (M in {1, 32, 512}, N = K = 1024)");
+  g->add_option("--min-time", a->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  g->callback([a, kernels] {
+    a->pair_kernel = pair_kernel_from_name(*kernels);
+    bench::run_gemm(*a);
+  });
+}
+
+void add_bench_forward(CLI::App* bench) {
+  auto a = std::make_shared<bench::ForwardOptions>();
+  auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
+  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
+  c->add_option("--batch", a->batch, "Sequences")->check(at_least(1))->capture_default_str();
+  c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();
+  add_threads_option(c, &a->threads);
+  c->add_flag("--json", a->json, "One JSON object on the last line");
+  c->callback([a] { bench::run_forward(*a); });
+}
+
+void add_bench_decode(CLI::App* bench) {
+  auto a = std::make_shared<bench::DecodeOptions>();
+  auto kernels = std::make_shared<std::string>("auto");
+  auto* c = bench->add_subcommand("decode", "Prefill and decode tokens/s, and decode memory bandwidth beside memcpy");
+  c->add_option("--shape", a->shape, "Model shape, random weights: " + fmt::format("{}", fmt::join(shape_names(), ", ")))
+      ->check(CLI::IsMember(shape_names()))->capture_default_str();
+  c->add_option("--plan", a->plans, "Plan (name or .toml), repeatable; the first is the baseline")
+      ->take_all()->capture_default_str();
+  c->add_option("--batch", a->batches, "Sequences per forward call, repeatable")
+      ->take_all()->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
+  c->add_option("--prompt-len", a->prompt_len, "Prompt tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{32768}))->capture_default_str();
+  c->add_option("--steps", a->steps, "Decode steps")->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
+  c->add_option("--prefill-reps", a->prefill_reps, "Prefill repetitions (median)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100}))->capture_default_str();
+  add_threads_option(c, &a->threads);
+  add_kernels_option(c, kernels.get());
+  c->add_flag("--json", a->json, "One JSON object on the last line");
+  c->callback([a, kernels] {
+    a->pair_kernel = pair_kernel_from_name(*kernels);
+    bench::run_decode(*a);
+  });
+}
+
+void add_bench_train(CLI::App* bench) {
+  auto a = std::make_shared<bench::TrainOptions>();
+  auto kernels = std::make_shared<std::string>("auto");
+  auto* c = bench->add_subcommand("train", "Training tokens/s per recipe, split by phase; --sweep fits the per-micro-batch and per-token costs");
+  c->add_option("--preset", a->cfg.preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  c->add_option("--recipe", a->cfg.recipes, "Recipes to compare (the first is the baseline)")->capture_default_str();
+  c->add_option("--tokens", a->cfg.tokens, "Tokens per optimizer step")->check(at_least(1))->capture_default_str();
+  c->add_option("--micro-batch-tokens", a->micro_batch_tokens, "Micro-batch budget (without --sweep)")->check(at_least(1))->capture_default_str();
+  c->add_option("--seq-len", a->cfg.seq_len, "Tokens per sequence")->check(at_least(1))->capture_default_str();
+  c->add_option("--budgets", a->budgets, "Sweep budgets")->capture_default_str();
+  c->add_option("--reps", a->cfg.reps, "Timed steps per point (median)")->check(at_least(1))->capture_default_str();
+  c->add_flag("--requant-every-microbatch", a->cfg.requant_every_microbatch,
+              "Remake the weight quantizations every micro-batch (counted in the micro-batch's fixed cost)");
+  c->add_flag("--sweep", a->sweep, "Sweep the micro-batch budget and fit fixed and per-token costs");
+  c->add_flag("--json", a->json, "One JSON object on stdout");
+  add_threads_option(c, &a->threads);
+  add_kernels_option(c, kernels.get());
+  c->callback([a, kernels] {
+    a->pair_kernel = pair_kernel_from_name(*kernels);
+    bench::run_train(*a);
+  });
+}
+
+void add_bench_sync(CLI::App* bench) {
+  auto a = std::make_shared<bench::SyncOptions>();
+  auto* c = bench->add_subcommand(
+      "sync", "Weight-sync bytes and time over MPI (mxfp8 vs bf16 sampler) beside raw MPI bandwidth: mpirun -np 2");
+  c->add_option("--shapes", a->shapes, "Model shapes (tiny-dense, tiny-moe, qwen3-0.6b)")->capture_default_str();
+  c->add_option("--chunk-bytes", a->chunk_bytes, "Payload bytes per chunk")->check(at_least(1))->capture_default_str();
+  c->add_option("--reps", a->reps, "Measured repetitions of each (after one warm-up)")->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  c->add_option("--threads", a->threads, "Worker threads for building the bundles (0: all cores)")
+      ->check(non_negative());
+  c->add_flag("--json", a->json, "Also print one JSON object (last line)");
+  c->callback([a] { bench::run_sync(*a); });
+}
+
+}  // namespace
 
 void add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks (figures beside a baseline measured in the same run)");
   bench->require_subcommand(1);
-  auto args = std::make_shared<BenchArgs>();
-  auto* q = bench->add_subcommand("quantize", "MX quantize/dequantize GB/s beside memcpy of the same bytes");
-  q->add_option("--threads", args->threads, "Worker threads (0: all cores)")
-      ->check(non_negative())->capture_default_str();
-  q->add_flag("--json", args->json, "Print one JSON object (last line) instead of a table");
-  q->add_option("--size-mib", args->size_mib, "FP32 input size in MiB")->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  q->add_option("--elem", args->elem, "Element type")->check(CLI::IsMember({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}))
-      ->capture_default_str();
-  q->add_option("--min-time", args->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
-  q->callback([args] { bench_quantize(*args); });
+  add_bench_quantize(bench);
   add_bench_gemm(bench);
   add_bench_forward(bench);
   add_bench_decode(bench);

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "io/mx_file.h"
@@ -212,6 +213,34 @@ TEST_F(Cli, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
   std::ofstream(out) << "keep";
   EXPECT_EQ(run(fmt::format("dequantize {} {}", in, out)).rc, 1);
   EXPECT_EQ(slurp(out), "keep");
+}
+
+// One version number: `mxrl --version` is CMakeLists.txt's project(mxrl VERSION ...),
+// the line pyproject.toml takes the Python package's version from (python/tests
+// check the installed package against this binary).
+TEST_F(Cli, VersionIsTheProjectVersionThePythonPackageReads) {
+  const CmdResult r = run("--version");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string cmake = slurp(std::string(MXRL_SOURCE_DIR) + "/CMakeLists.txt");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(cmake, m, std::regex(R"(project\(mxrl\s+VERSION\s+([0-9][0-9.]*))")));
+  EXPECT_EQ(r.out, "mxrl " + m[1].str() + "\n");
+  const std::string pyproject = slurp(std::string(MXRL_SOURCE_DIR) + "/pyproject.toml");
+  EXPECT_NE(pyproject.find("dynamic = [\"version\"]"), std::string::npos);
+  EXPECT_NE(pyproject.find("input = \"CMakeLists.txt\""), std::string::npos);
+  EXPECT_FALSE(std::regex_search(pyproject, std::regex(R"(\n\s*version\s*=)"))) << "a second, static version";
+}
+
+// The bench bodies (bench/) behind the CLI's options: --kernels is the
+// bench's Exec::pair_kernel, named in its output.
+TEST_F(Cli, BenchGemmQuickJsonNamesThePairKernel) {
+  const CmdResult r = run("bench gemm --quick --json --min-time 0 --threads 1 --kernels fma");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["pair_kernel"], "fma");
+  EXPECT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(run("bench gemm --quick --kernels nope").rc, 2);
 }
 
 TEST_F(Cli, BenchQuantizeJson) {

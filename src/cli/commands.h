@@ -3,14 +3,12 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/settings_cli.h"
+#include "kernels/gemm.h"  // pair_kernel_from_name, for --kernels
 
 namespace mxrl::cli {
 
 void add_quantize_commands(CLI::App& app);  // quantize, dequantize
-void add_bench_commands(CLI::App& app);     // bench quantize
-void add_bench_gemm(CLI::App* bench);     // bench gemm (bench_gemm.cc)
-void add_bench_forward(CLI::App* bench);  // bench forward (bench_forward.cc)
-void add_bench_decode(CLI::App* bench);   // bench decode (bench_decode.cc)
+void add_bench_commands(CLI::App& app);     // bench quantize, gemm, forward, decode, train, sync (bench/bench.h)
 void add_demo_command(CLI::App& app);       // demo: the main job (init -> SFT -> samples)
 void add_score_command(CLI::App& app);      // score
 void add_init_command(CLI::App& app);       // init
@@ -18,8 +16,6 @@ void add_tokenize_command(CLI::App& app);   // tokenize
 void add_generate_command(CLI::App& app);   // generate
 void add_sft_command(CLI::App& app);        // sft
 void add_rl_command(CLI::App& app);         // rl: GRPO with checked weight syncs
-void add_bench_train(CLI::App* bench);      // bench train (bench_train.cc)
-void add_bench_sync(CLI::App* bench);       // bench sync (bench_sync.cc; under mpirun -np 2)
 void add_sync_command(CLI::App& app);       // sync export, sync inspect
 void add_faults_command(CLI::App& app);     // faults: the sync fault matrix
 void add_report_commands(CLI::App& app);    // report, experiment: the paper's claims measured here
@@ -34,10 +30,10 @@ inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {
       ->default_val(0);
 }
 
-// --kernels {auto,fma,dot,amx}: how GEMMs with BF16 and MX weights run
-// (kernels/gemm.h, PairKernel); applied with apply_kernels_option before any
-// work. amx is batch-invariant but not the reference's pair chain: only when
-// asked for, and an error where the machine lacks it.
+// --kernels {auto,fma,dot,amx}: how GEMMs with BF16 and MX weights run, the
+// Exec::pair_kernel of the command's work (pair_kernel_from_name in
+// kernels/gemm.h: an error where the machine lacks the one asked for). amx is
+// batch-invariant but not the reference's pair chain: only when asked for.
 inline CLI::Option* add_kernels_option(CLI::App* cmd, std::string* kernels) {
   return cmd->add_option("--kernels", *kernels,
                          "GEMM pair kernel for BF16/MX weights: auto (dot where it passes its self-test, else fma), "
@@ -45,7 +41,5 @@ inline CLI::Option* add_kernels_option(CLI::App* cmd, std::string* kernels) {
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx"}))
       ->default_val("auto");
 }
-void apply_kernels_option(const std::string& kernels);  // bench_gemm.cc
-const char* pair_kernel_in_use();                        // "dot", "fma" or "amx" (bench headers)
 
 }  // namespace mxrl::cli

@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "rl/fault_matrix.h"
 #include "rl/warm_start.h"
 #include "util/faults.h"

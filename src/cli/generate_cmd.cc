@@ -23,12 +23,13 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "model/checkpoint.h"
 #include "model/compressed_tensors.h"
-#include "sampler/engine.h"
+#include "sampler/generate.h"
 #include "sampler/prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
@@ -71,11 +72,16 @@ std::string sample_line(int64_t prompt_index, const GeneratedSample& s, const to
 }
 
 void run_generate(const GenerateArgs& a) {
-  SamplingParams sp;
-  sp.temperature = a.temperature;
-  sp.top_p = a.top_p;
-  sp.top_k = a.top_k;
-  sp.validate();
+  GenerateOptions o;
+  o.n = a.n;
+  o.max_new_tokens = a.max_new_tokens;
+  o.sampling.temperature = a.temperature;
+  o.sampling.top_p = a.top_p;
+  o.sampling.top_k = a.top_k;
+  o.sampling.validate();
+  o.seed = a.seed;
+  o.kv_budget = a.kv_budget;
+  o.max_new_tokens_name = "--max-new-tokens", o.kv_budget_name = "--kv-budget";
   PrecisionPlan plan = PrecisionPlan::resolve(a.plan);  // fail fast on a bad plan
   make_parent_dirs(a.out);
   const ModelConfig cfg = load_model_config(a.model);
@@ -83,82 +89,33 @@ void run_generate(const GenerateArgs& a) {
   std::optional<tok::Tokenizer> tk;
   if (!tok_files.tokenizer_json.empty())
     tk = tok::Tokenizer::from_json(tok_files.tokenizer_json, (std::filesystem::path(a.model) / "tokenizer.json").string());
-
-  // Stop tokens: the defaults that exist in this model, then --stop.
-  std::vector<int32_t> stop;
-  if (!a.no_default_stop) stop = default_stop_tokens(cfg, tk ? &*tk : nullptr);
-  for (int64_t id : a.stop) {
-    if (id < 0 || id >= cfg.vocab_size)
-      fail("--stop {}: unknown token id, outside the model's vocabulary [0, {})", id, cfg.vocab_size);
-    stop.push_back(static_cast<int32_t>(id));
-  }
-  std::sort(stop.begin(), stop.end());
-  stop.erase(std::unique(stop.begin(), stop.end()), stop.end());
+  o.stop_tokens = generation_stop_tokens(cfg, !a.no_default_stop, a.stop, "--stop");
 
   const std::vector<Prompt> prompts = read_prompts(a.prompts, cfg, tk ? &*tk : nullptr, a.model);
+  std::vector<std::vector<int32_t>> tokens_of(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) tokens_of[i] = prompts[i].tokens;
 
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
-  const uint64_t version = 0;  // a checkpoint from disk: the first version
-  EngineOptions eo;
-  eo.kv_budget_tokens = a.kv_budget;
-  eo.max_prefill_tokens = std::max(eo.max_prefill_tokens, cfg.max_position_embeddings);  // any valid prompt fits
   auto model = std::make_shared<const Model>(load_model(a.model, plan, exec));
-  Engine engine(model, version, eo, exec);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const int64_t len = static_cast<int64_t>(prompts[i].tokens.size());
-    const int64_t need = std::min(len + a.max_new_tokens, cfg.max_position_embeddings);
-    if (need > a.kv_budget)
-      fail("{}:{}: a sample of this prompt ({} tokens) with --max-new-tokens {} needs {} KV cache positions, more "
-           "than --kv-budget {}",
-           a.prompts, prompts[i].line, len, a.max_new_tokens, need, a.kv_budget);
-    GenerationRequest r;
-    r.id = static_cast<int64_t>(i);
-    r.prompt = prompts[i].tokens;
-    r.n = a.n;
-    r.max_new_tokens = a.max_new_tokens;
-    r.sampling = sp;
-    r.stop_tokens = stop;
-    r.seed = a.seed;
-    try {
-      engine.submit(r);
-    } catch (const Error& e) {
-      fail("{}:{}: {}", a.prompts, prompts[i].line, e.what());
-    }
-  }
-
-  const int64_t total = static_cast<int64_t>(prompts.size()) * a.n;
-  std::vector<GeneratedSample> samples;
-  samples.reserve(total);
   Progress progress(std::chrono::milliseconds(100));  // at most ~10 redraws per second
-  int64_t tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  auto show = [&](bool force) {
-    if (!progress.on()) return;
-    const double secs = seconds_since(t0);
-    const int64_t n = static_cast<int64_t>(samples.size());
-    progress.show(fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s", Progress::bar(n, total, 30), n,
-                              total, tokens, secs > 0 ? tokens / secs : 0.0),
-                  force);
-  };
-  show(true);
-  while (!engine.idle()) {
-    std::vector<GeneratedSample> done = engine.step();
-    tokens += engine.running() + static_cast<int64_t>(done.size());  // one token per sample in the step
-    for (auto& s : done) samples.push_back(std::move(s));
-    show(false);
-  }
+  bool first = true;
+  const std::vector<GeneratedSample> samples = generate(
+      model, tokens_of, o, exec, [&](size_t i) { return fmt::format("{}:{}", a.prompts, prompts[i].line); },
+      [&](const GenerateProgress& p) {
+        if (!progress.on()) return;
+        const double secs = seconds_since(t0);
+        progress.show(fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s",
+                                  Progress::bar(p.samples, p.total, 30), p.samples, p.total, p.tokens,
+                                  secs > 0 ? p.tokens / secs : 0.0),
+                      std::exchange(first, false) || p.samples == p.total);
+      });
   const double secs = seconds_since(t0);
-  show(true);
   progress.clear();
-  if (static_cast<int64_t>(samples.size()) != total)
-    fail("internal: the engine returned {} samples, expected {}", samples.size(), total);
-  std::sort(samples.begin(), samples.end(), [](const GeneratedSample& x, const GeneratedSample& y) {
-    return x.request != y.request ? x.request < y.request : x.index < y.index;
-  });
 
   std::string text;
-  tokens = 0;
+  int64_t tokens = 0;
   for (const GeneratedSample& s : samples) {
     text += sample_line(s.request, s, tk ? &*tk : nullptr);
     tokens += static_cast<int64_t>(s.tokens.size());
@@ -166,9 +123,9 @@ void run_generate(const GenerateArgs& a) {
   write_file_atomic(a.out, text);
   fmt::print(stderr,
              "generated {} samples ({} tokens) for {} prompts under {} in {:.2f} s: {:.0f} tokens/s, {} thread(s), "
-             "version {}\n",
-             samples.size(), tokens, prompts.size(), engine.model().plan().name, secs, secs > 0 ? tokens / secs : 0.0,
-             pool.size(), engine.version());
+             "version 0\n",
+             samples.size(), tokens, prompts.size(), model->plan().name, secs, secs > 0 ? tokens / secs : 0.0,
+             pool.size());
 }
 
 // A check on a numeric option with a plain message: "must be DESC, got S".
@@ -216,10 +173,14 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
   add_threads_option(c, &a->threads);
-  c->add_option("--stop", a->stop, "Extra stop token id(s) (a sampled stop token ends the sample and is kept)")
+  c->add_option("--stop", a->stop,
+                "Extra stop token id(s), besides the default (the model's EOS, as in RL rollouts; see "
+                "--no-default-stop). A sampled stop token ends the sample and is kept")
       ->check(number_check("a token id (>= 0)", [](double v) { return v >= 0; }));
   c->add_flag("--no-default-stop", a->no_default_stop,
-              "Do not stop on <|endoftext|>, <|im_end|> and the config's eos_token_id");
+              "Do not stop on the default stop token: the model's EOS (config.json eos_token_id, the first if it "
+              "lists several), the one RL and SFT rollouts stop on; chat tokens such as <|im_end|> stop only with "
+              "--stop");
   c->add_option("--kv-budget", a->kv_budget, "KV cache positions reserved at once (prompt + max-new-tokens per sample)")
       ->check(number_check(">= 1", [](double v) { return v >= 1; }))
       ->capture_default_str();

@@ -85,13 +85,19 @@ class GenerateCmd : public ::testing::Test {
   std::string model_;
 };
 
+// The config's eos_token_id.
+int32_t eos_of(const std::string& model) {
+  return json::parse(slurp(fs::path(model) / "config.json")).at("eos_token_id").get<int32_t>();
+}
+
 std::string prompt_line(const std::string& text) { return json{{"prompt", text}}.dump() + "\n"; }
 std::string tokens_line(const std::vector<int32_t>& ids) { return json{{"tokens", ids}}.dump() + "\n"; }
 
 TEST_F(GenerateCmd, OutputIsWellFormedCompleteAndOrdered) {
   const tok::Tokenizer tk = tok::Tokenizer::load(model_);
-  // Many extra stop ids so that both finish reasons occur.
-  std::set<int32_t> stop = {*tk.token_id("<|endoftext|>"), *tk.token_id("<|im_end|>")};
+  // The default stop (the config's eos_token_id: <|endoftext|> for `mxrl init`), and many extra stop ids so
+  // that both finish reasons occur.
+  std::set<int32_t> stop = {eos_of(model_)};
   std::string stop_flags;
   for (int32_t id = 10; id < 20; ++id) stop.insert(id), stop_flags += fmt::format(" --stop {}", id);
   const std::string prompts = prompt_line("What is 12+7?") + "\n" + tokens_line({3, 1, 4, 1, 5}) + "  \n" +
@@ -128,6 +134,32 @@ TEST_F(GenerateCmd, OutputIsWellFormedCompleteAndOrdered) {
     EXPECT_EQ(j.at("text").get<std::string>(), tk.decode(tokens));
   }
   EXPECT_EQ(reasons, (std::set<std::string>{"stop", "length"}));
+}
+
+// One stop-token default everywhere (sampler/prompts.h): by default generate
+// stops where an RL rollout stops, on the model's EOS only, so its samples
+// are the rollout's (a rollout's requests stop on {eos}: what --no-default-stop
+// --stop EOS asks for). Before, generate also stopped on <|im_end|>.
+TEST_F(GenerateCmd, DefaultStopIsTheEosRlRolloutsStopOn) {
+  const tok::Tokenizer tk = tok::Tokenizer::load(model_);
+  const int32_t eos = eos_of(model_), im_end = *tk.token_id("<|im_end|>");
+  ASSERT_NE(eos, im_end);
+  const std::string prompts =
+      prompt_line("<|im_start|>12+7=") + prompt_line("The quick brown fox") + tokens_line({3, 1, 4, 1, 5});
+  const std::string flags = "--plan mxfp8 --n 16 --max-new-tokens 48 --temperature 1 --seed 7";
+  const auto by_default = generate(prompts, flags, "default.jsonl");
+  const auto rollout = generate(prompts, fmt::format("{} --no-default-stop --stop {}", flags, eos), "rollout.jsonl");
+  EXPECT_EQ(by_default, rollout);
+  // The case the default decides: a rollout's sample that goes on past <|im_end|>.
+  int im_end_inside = 0;
+  for (const auto& line : rollout) {
+    const auto tokens = json::parse(line).at("tokens").get<std::vector<int32_t>>();
+    for (size_t t = 0; t + 1 < tokens.size(); ++t) im_end_inside += tokens[t] == im_end;
+  }
+  EXPECT_GT(im_end_inside, 0) << "no sample here tells the two defaults apart";
+  // --help states the default.
+  const CmdResult help = run("generate --help");
+  EXPECT_NE(help.out.find("the one RL and SFT rollouts stop on"), std::string::npos) << help.out;
 }
 
 TEST_F(GenerateCmd, SamplesDependOnlyOnThePromptItsIndexAndTheSeed) {

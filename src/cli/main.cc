@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/version.h"
 
 static bool has_command(CLI::App& app, const char* name) {
   for (const CLI::App* c : app.get_subcommands({}))
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   CLI::App app{"mxrl: MXFP8 training and rollout that agree to the bit", "mxrl"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "mxrl 0.1");
+  app.set_version_flag("--version", "mxrl " MXRL_VERSION);
   mxrl::cli::add_quantize_commands(app);
   mxrl::cli::add_bench_commands(app);
   mxrl::cli::add_demo_command(app);

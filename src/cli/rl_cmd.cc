@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
-#include "cli/progress.h"
+#include "util/progress.h"
 #include "cli/rl_cli.h"
 #include "cli/settings_cli.h"
 #include "rl/distributed.h"
@@ -100,9 +100,8 @@ namespace {
 void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   if (!a.config.empty()) apply_config_file(c, a.config);
   if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
-  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
-  const Exec exec{&pool};
+  const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   if (!a.resume.empty()) refuse_on_resume(c, rl::rl_fields(), {"--model", "--data"});
   const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
                          [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};

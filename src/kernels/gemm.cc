@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include <atomic>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -33,8 +32,21 @@ const char* wformat_name(WFormat f) {
 }
 
 namespace detail {
-const GemmKernels& gemm_kernels(Backend b) {
-  return backend_table(b, kGemmScalar, MXRL_AVX512(kGemmAvx512));
+const GemmKernels& gemm_kernels(const Exec& exec, WFormat f) {
+  const GemmKernels& t = backend_table(exec.backend, kGemmScalar, MXRL_AVX512(kGemmAvx512));
+#if defined(__x86_64__)
+  // The pair chain's kernel: the AVX-512 table's FMA path, VDPBF16PS, or AMX
+  // tiles (which also block rows by its 16-row tiles; each output is the same
+  // in any block: the blocking only sets how work is shared).
+  if (&t == &kGemmAvx512 && pair_contract(f)) {
+    switch (resolve_pair_kernel(exec.pair_kernel)) {
+      case PairKernel::Dot: return kGemmAvx512Dot;
+      case PairKernel::Amx: return kGemmAmx;
+      default: return t;
+    }
+  }
+#endif
+  return t;
 }
 
 float bf16_dot_daz(float x) {
@@ -54,8 +66,6 @@ float bf16_dot_step(float acc, float x, float w) {
 }
 
 namespace {
-std::atomic<int> g_pair_kernel{static_cast<int>(PairKernel::Auto)};
-
 uint16_t bf16_hi(float v) { return static_cast<uint16_t>(f32_bits(v) >> 16); }
 
 std::string run_self_test() {
@@ -154,10 +164,11 @@ bool amx_available() {
 #endif
 }
 
-PairKernel gemm_pair_kernel() {
-  const auto k = static_cast<PairKernel>(g_pair_kernel.load(std::memory_order_relaxed));
-  if (k == PairKernel::Amx && amx_available()) return PairKernel::Amx;  // only when asked for
-  const bool dot_ok = bf16_dot_self_test() == "passed";
+}  // namespace detail
+
+PairKernel resolve_pair_kernel(PairKernel k) {
+  if (k == PairKernel::Amx && detail::amx_available()) return PairKernel::Amx;  // only when asked for
+  const bool dot_ok = detail::bf16_dot_self_test() == "passed";
   return k != PairKernel::Fma && dot_ok ? PairKernel::Dot : PairKernel::Fma;
 }
 
@@ -171,20 +182,18 @@ const char* pair_kernel_name(PairKernel k) {
   return "?";
 }
 
-void set_gemm_pair_kernel(PairKernel k) { g_pair_kernel.store(static_cast<int>(k), std::memory_order_relaxed); }
-
-void select_pair_kernel(const std::string& name) {
+PairKernel pair_kernel_from_name(const std::string& name) {
   PairKernel k;
   if (name == "auto") {
     k = PairKernel::Auto;
   } else if (name == "fma") {
     k = PairKernel::Fma;
   } else if (name == "dot") {
-    if (bf16_dot_self_test() != "passed")
-      fail("pair kernel 'dot' (VDPBF16PS) is not available here: {}", bf16_dot_self_test());
+    if (detail::bf16_dot_self_test() != "passed")
+      fail("pair kernel 'dot' (VDPBF16PS) is not available here: {}", detail::bf16_dot_self_test());
     k = PairKernel::Dot;
   } else if (name == "amx") {
-    if (!amx_available())
+    if (!detail::amx_available())
       fail("pair kernel 'amx' is not available here: {}",
            cpu_features().amx_bf16 && cpu_features().amx_tile ? "the OS refused the AMX tile state"
                                                                : "this CPU has no AMX-BF16");
@@ -192,9 +201,8 @@ void select_pair_kernel(const std::string& name) {
   } else {
     fail("unknown pair kernel '{}' (auto, fma, dot, amx)", name);
   }
-  set_gemm_pair_kernel(k);
+  return k;
 }
-}  // namespace detail
 
 namespace {
 constexpr int kPanel = PackedWeight::kPanel;
@@ -462,15 +470,7 @@ void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec
     std::memset(y, 0, static_cast<size_t>(m * N) * sizeof(float));
     return;
   }
-  const detail::GemmKernels* kp = &detail::gemm_kernels(exec.backend);
-#if defined(__x86_64__)
-  // The AMX pair kernel blocks rows by its 16-row tiles (each output is the
-  // same in any block: the blocking only sets how work is shared).
-  if (kp == &detail::kGemmAvx512 && detail::pair_contract(w.format()) &&
-      detail::gemm_pair_kernel() == detail::PairKernel::Amx)
-    kp = &detail::kGemmAmx;
-#endif
-  const detail::GemmKernels& kern = *kp;
+  const detail::GemmKernels& kern = detail::gemm_kernels(exec, w.format());
   // Row blocks of (nearly) equal size, their count a multiple of the thread
   // count when there are several, so that each thread gets whole blocks.
   const int64_t threads = exec.pool ? exec.pool->size() : 1, P = w.panels();

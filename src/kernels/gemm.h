@@ -138,6 +138,17 @@ class PackedWeight {
 // gives zeros.
 void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec& exec = {});
 
+// Exec::pair_kernel (how BF16 and MX weights compute on AVX-512; detail
+// below says what each kernel computes). What a request runs as here: Dot,
+// Fma, or Amx when asked for and available (Dot where unavailable falls back
+// to Fma; Amx to Auto's choice).
+PairKernel resolve_pair_kernel(PairKernel requested);
+const char* pair_kernel_name(PairKernel k);  // "auto", "dot", "fma", "amx"
+// A pair kernel by name ("auto", "fma", "dot", "amx"; the CLI's --kernels).
+// Throws Error for another name or for "dot" / "amx" where this machine
+// cannot run it (no silent fallback when asked).
+PairKernel pair_kernel_from_name(const std::string& name);
+
 // The plain scalar reference over the unpacked view (loops + std::fma, the
 // pair chain spelled out), the ground truth for the tests.
 void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y);
@@ -164,8 +175,11 @@ extern const GemmKernels kGemmScalar;
 #if defined(__x86_64__)
 extern const GemmKernels kGemmAvx512;
 extern const GemmKernels kGemmAmx;  // BF16 and MX weights, PairKernel::Amx only (gemm_amx.cc)
+extern const GemmKernels kGemmAvx512Dot;  // kGemmAvx512 with the pair chain on VDPBF16PS
 #endif
-const GemmKernels& gemm_kernels(Backend b);  // b resolved with resolve_backend
+// The table for exec.backend (resolved with resolve_backend) and, for BF16 and
+// MX weights on AVX-512, exec.pair_kernel (resolved with resolve_pair_kernel).
+const GemmKernels& gemm_kernels(const Exec& exec, WFormat f);
 
 inline constexpr uint32_t kGemmNan = 0x7FC00000u;
 
@@ -196,14 +210,9 @@ float bf16_dot_step(float acc, float x, float w);
 // treats BF16 subnormal inputs as zero and flushes subnormal results to zero
 // (measured: gemm_test.cc, GemmAmx.FlushesLikeThePairChain), whatever MXCSR says.
 // A NaN output is the canonical 0x7FC00000, as on the other paths.
-enum class PairKernel { Auto, Dot, Fma, Amx };
-PairKernel gemm_pair_kernel();            // resolved: Dot, Fma, or Amx when asked for and available
-void set_gemm_pair_kernel(PairKernel k);  // Dot where unavailable falls back to Fma; Amx to Auto's choice
-const char* pair_kernel_name(PairKernel k);  // "auto", "dot", "fma", "amx"
-// set_gemm_pair_kernel by name ("auto", "fma", "dot", "amx"; the CLI's
-// --kernels). Throws Error, changing nothing, for another name or for "dot" /
-// "amx" where this machine cannot run it (no silent fallback when asked).
-void select_pair_kernel(const std::string& name);
+//
+// The choice is Exec::pair_kernel (PairKernel in util/cpu.h), per call
+// (resolve_pair_kernel above).
 // The AMX pair kernel can run here: AVX-512, AMX-TILE, AMX-BF16 and the OS's
 // permission for the tile state (request_amx() in util/cpu.h).
 bool amx_available();

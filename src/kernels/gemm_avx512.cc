@@ -276,9 +276,6 @@ void run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_
 
 void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   if (pair_contract(w.format())) {
-    const PairKernel pk = gemm_pair_kernel();
-    if (pk == PairKernel::Dot) return gemm_pairs_dot(x, w, y, m0, m1, p0, p1);
-    if (pk == PairKernel::Amx) return gemm_pairs_amx(x, w, y, m0, m1, p0, p1);  // asked for: not the pair chain
     // Two FMAs per pair under MXCSR FTZ (results flushed as VDPBF16PS does);
     // the operands' DAZ is explicit (the weight decode must see subnormals).
     struct FlushToZero {
@@ -301,9 +298,16 @@ void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1
       return run_src<Src::Generic>(x, w, y, m0, m1, p0, p1, c);
   }
 }
+
+// The pair chain on VDPBF16PS (PairKernel::Dot); the other formats as run.
+void run_dot(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  if (pair_contract(w.format())) return gemm_pairs_dot(x, w, y, m0, m1, p0, p1);
+  run(x, w, y, m0, m1, p0, p1);
+}
 }  // namespace
 
 const GemmKernels kGemmAvx512 = {run, kMc, kMr};
+const GemmKernels kGemmAvx512Dot = {run_dot, kMc, kMr};
 
 }  // namespace mxrl::detail
 MXRL_END_AVX512

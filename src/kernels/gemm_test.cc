@@ -26,23 +26,17 @@ constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 // the pair chain on FMAs and (where the self-test passed) on VDPBF16PS.
 struct Engine {
   Backend be;
-  detail::PairKernel pk;
+  PairKernel pk;
   const char* name;
 };
 std::vector<Engine> engines() {
-  std::vector<Engine> e{{Backend::Scalar, detail::PairKernel::Auto, "scalar"}};
+  std::vector<Engine> e{{Backend::Scalar, PairKernel::Auto, "scalar"}};
   if (cpu_features().avx512) {
-    e.push_back({Backend::Avx512, detail::PairKernel::Fma, "avx512-fma"});
-    if (detail::bf16_dot_self_test() == "passed") e.push_back({Backend::Avx512, detail::PairKernel::Dot, "avx512-dot"});
+    e.push_back({Backend::Avx512, PairKernel::Fma, "avx512-fma"});
+    if (detail::bf16_dot_self_test() == "passed") e.push_back({Backend::Avx512, PairKernel::Dot, "avx512-dot"});
   }
   return e;
 }
-struct UseEngine {
-  explicit UseEngine(const Engine& e) { detail::set_gemm_pair_kernel(e.pk); }
-  ~UseEngine() { detail::set_gemm_pair_kernel(detail::PairKernel::Auto); }
-  UseEngine(const UseEngine&) = delete;
-  UseEngine& operator=(const UseEngine&) = delete;
-};
 
 void expect_same_bits(const float* a, const float* b, size_t n, const std::string& what) {
   for (size_t i = 0; i < n; ++i)
@@ -160,12 +154,12 @@ void check_against_reference(const Weight& w, const std::vector<float>& x, const
                              std::initializer_list<int64_t> ms, ThreadPool& pool) {
   const int64_t N = w.view.n;
   for (const Engine& eng : engines()) {
-    const UseEngine use(eng);
+    const PairKernel pk = eng.pk;
     const Backend be = eng.be;
-    const PackedWeight pw = PackedWeight::pack(w.view, {&pool, be});
+    const PackedWeight pw = PackedWeight::pack(w.view, {&pool, be, pk});
     for (int64_t m : ms) {
       std::vector<float> y(static_cast<size_t>(m * N + 1), 1234.5f);
-      gemm(x.data(), m, pw, y.data(), {&pool, be});
+      gemm(x.data(), m, pw, y.data(), {&pool, be, pk});
       const std::string what = std::string(eng.name) + " " + shape_name(w, m);
       expect_same_bits(y.data(), ref.data(), static_cast<size_t>(m * N), what);
       EXPECT_EQ(y[m * N], 1234.5f) << what << ": wrote past the end";
@@ -269,9 +263,9 @@ TEST(Gemm, BatchInvariance) {
     const Weight w = make_weight(kind, n, k, ++seed);
     const std::vector<float> x = random_matrix(m, k, ++seed);
     for (const Engine& eng : engines()) {
-    const UseEngine use(eng);
+    const PairKernel pk = eng.pk;
     const Backend be = eng.be;
-      const Exec ex{&pool, be};
+      const Exec ex{&pool, be, pk};
       const PackedWeight pw = PackedWeight::pack(w.view, ex);
       std::vector<float> big(static_cast<size_t>(m * n));
       gemm(x.data(), m, pw, big.data(), ex);
@@ -304,11 +298,10 @@ TEST(Gemm, PairChainTakesTheOddElementFirst) {
   const std::vector<float> ones = {1.0f, 1.0f, 1.0f, 1.0f};
   const std::vector<uint16_t> bf_ones(4, 0x3F80);
   for (const Engine& eng : engines()) {
-    const UseEngine use(eng);
     float y = -1.0f;
-    gemm(x.data(), 1, PackedWeight::pack({WFormat::BF16, 1, 4, bf_ones.data()}), &y, {nullptr, eng.be});
+    gemm(x.data(), 1, PackedWeight::pack({WFormat::BF16, 1, 4, bf_ones.data()}), &y, {nullptr, eng.be, eng.pk});
     EXPECT_EQ(y, 1.0f) << eng.name << " bf16";
-    gemm(x.data(), 1, PackedWeight::pack({WFormat::F32, 1, 4, ones.data()}), &y, {nullptr, eng.be});
+    gemm(x.data(), 1, PackedWeight::pack({WFormat::F32, 1, 4, ones.data()}), &y, {nullptr, eng.be, eng.pk});
     EXPECT_EQ(y, 0.0f) << eng.name << " f32";
   }
   float y = -1.0f;
@@ -355,11 +348,10 @@ TEST(Gemm, PairChainOddKRoundingAndFlushing) {
         }
       if (tiny) { EXPECT_GT(differ, 0) << "K " << k << ": the tiny case must reach DAZ/FTZ"; }
       for (const Engine& eng : engines()) {
-        const UseEngine use(eng);
-        const PackedWeight pw = PackedWeight::pack(view, {&pool, eng.be});
+        const PackedWeight pw = PackedWeight::pack(view, {&pool, eng.be, eng.pk});
         for (int64_t rows : {int64_t(1), int64_t(5), m}) {
           std::vector<float> y(static_cast<size_t>(rows * n));
-          gemm(x.data(), rows, pw, y.data(), {&pool, eng.be});
+          gemm(x.data(), rows, pw, y.data(), {&pool, eng.be, eng.pk});
           expect_same_bits(y.data(), ref.data(), y.size(),
                            std::string(eng.name) + " K=" + std::to_string(k) + " M=" + std::to_string(rows) +
                                (tiny ? " tiny" : ""));
@@ -375,7 +367,7 @@ TEST(Gemm, Bf16DotSelfTestVerdict) {
   std::printf("VDPBF16PS self-test on this CPU: %s\n", v.c_str());
   EXPECT_TRUE(v == "passed" || v == "no AVX512_BF16" || v.rfind("failed: ", 0) == 0) << v;
   if (!cpu_features().avx512_bf16) { EXPECT_EQ(v, "no AVX512_BF16"); }
-  EXPECT_EQ(detail::gemm_pair_kernel() == detail::PairKernel::Dot, v == "passed");
+  EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto) == PairKernel::Dot, v == "passed");
 }
 
 // (Small calls run on one thread; the shapes here are big enough to be split,
@@ -475,20 +467,20 @@ TEST(Gemm, PackedWeightKeepsStorageFormat) {
 
 TEST(Gemm, EdgeShapes) {
   for (const Engine& eng : engines()) {
-    const UseEngine use(eng);
+    const PairKernel pk = eng.pk;
     const Backend be = eng.be;
     // K = 0: zeros. M = 0: Y untouched. N = 0: nothing.
     const float dummy = 0;
-    const PackedWeight k0 = PackedWeight::pack({WFormat::F32, 3, 0, nullptr}, {nullptr, be});
+    const PackedWeight k0 = PackedWeight::pack({WFormat::F32, 3, 0, nullptr}, {nullptr, be, pk});
     std::vector<float> y(6, 7.0f);
-    gemm(&dummy, 2, k0, y.data(), {nullptr, be});
+    gemm(&dummy, 2, k0, y.data(), {nullptr, be, pk});
     for (float v : y) EXPECT_EQ(f32_bits(v), 0u);
-    const PackedWeight mx = PackedWeight::pack(make_weight(Kind::MxE4M3RCeil, 5, 64, 3).view, {nullptr, be});
+    const PackedWeight mx = PackedWeight::pack(make_weight(Kind::MxE4M3RCeil, 5, 64, 3).view, {nullptr, be, pk});
     y.assign(6, 7.0f);
-    gemm(nullptr, 0, mx, y.data(), {nullptr, be});
+    gemm(nullptr, 0, mx, y.data(), {nullptr, be, pk});
     for (float v : y) EXPECT_EQ(v, 7.0f);
-    const PackedWeight n0 = PackedWeight::pack({WFormat::MX, 0, 64, nullptr}, {nullptr, be});
-    gemm(&dummy, 1, n0, nullptr, {nullptr, be});
+    const PackedWeight n0 = PackedWeight::pack({WFormat::MX, 0, 64, nullptr}, {nullptr, be, pk});
+    gemm(&dummy, 1, n0, nullptr, {nullptr, be, pk});
     EXPECT_EQ(n0.panels(), 0);
   }
 }
@@ -569,25 +561,15 @@ namespace {
 // The AMX pair kernel (PairKernel::Amx): asked for, never chosen by Auto; not
 // the pair chain, so it is tested for invariance (bitwise, against itself)
 // and for a tolerance against the reference. Skipped where AMX is not usable.
-struct UseAmx {
-  UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Amx); }
-  ~UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Auto); }
-  UseAmx(const UseAmx&) = delete;
-  UseAmx& operator=(const UseAmx&) = delete;
-};
+Exec amx(ThreadPool* pool = nullptr) { return {pool, Backend::Auto, PairKernel::Amx}; }
 #define MXRL_SKIP_WITHOUT_AMX() \
   if (!detail::amx_available()) GTEST_SKIP() << "no AMX-BF16 here (or the OS refused the tile state)"
 
 TEST(GemmAmx, OnlyWhenAskedFor) {
-  detail::set_gemm_pair_kernel(detail::PairKernel::Auto);
-  EXPECT_NE(detail::gemm_pair_kernel(), detail::PairKernel::Amx);
-  {
-    const UseAmx amx;
-    EXPECT_EQ(detail::gemm_pair_kernel() == detail::PairKernel::Amx, detail::amx_available());
-    if (!detail::amx_available()) { EXPECT_NE(detail::gemm_pair_kernel(), detail::PairKernel::Auto); }
-  }
-  EXPECT_NE(detail::gemm_pair_kernel(), detail::PairKernel::Amx);
-  EXPECT_STREQ(detail::pair_kernel_name(detail::PairKernel::Amx), "amx");
+  EXPECT_NE(resolve_pair_kernel(PairKernel::Auto), PairKernel::Amx);
+  EXPECT_EQ(resolve_pair_kernel(PairKernel::Amx) == PairKernel::Amx, detail::amx_available());
+  if (!detail::amx_available()) { EXPECT_NE(resolve_pair_kernel(PairKernel::Amx), PairKernel::Auto); }
+  EXPECT_STREQ(pair_kernel_name(PairKernel::Amx), "amx");
 }
 
 // Every output depends only on its X row, its W column and K: the full X in
@@ -597,7 +579,6 @@ TEST(GemmAmx, OnlyWhenAskedFor) {
 // 256-row blocks.
 TEST(GemmAmx, BatchInvariance) {
   MXRL_SKIP_WITHOUT_AMX();
-  const UseAmx amx;
   ThreadPool pool1(1), pool2(2);
   uint32_t seed = 7000;
   struct Shape {
@@ -616,12 +597,12 @@ TEST(GemmAmx, BatchInvariance) {
       const std::vector<float> x = random_matrix(m, k, ++seed);
       const std::string what = "amx " + shape_name(w, m);
       std::vector<float> y2(static_cast<size_t>(m * n)), y1(y2.size()), yp(y2.size()), xp(x.size());
-      gemm(x.data(), m, pw, y2.data(), {&pool2});
-      gemm(x.data(), m, pw, y1.data(), {&pool1});
+      gemm(x.data(), m, pw, y2.data(), amx(&pool2));
+      gemm(x.data(), m, pw, y1.data(), amx(&pool1));
       expect_same_bits(y1.data(), y2.data(), y2.size(), what + " 1 vs 2 threads");
       for (int64_t r = 0; r < m; ++r) {
         std::vector<float> one(static_cast<size_t>(n));
-        gemm(x.data() + r * k, 1, pw, one.data());
+        gemm(x.data() + r * k, 1, pw, one.data(), amx());
         expect_same_bits(one.data(), y2.data() + r * n, static_cast<size_t>(n),
                          what + " row " + std::to_string(r) + " alone");
       }
@@ -629,7 +610,7 @@ TEST(GemmAmx, BatchInvariance) {
       std::vector<int64_t> to(static_cast<size_t>(m));
       for (int64_t r = 0; r < m; ++r) to[r] = m % 7 != 0 ? (r * 7 + 3) % m : m - 1 - r;
       for (int64_t r = 0; r < m; ++r) std::memcpy(&xp[to[r] * k], &x[r * k], static_cast<size_t>(k) * sizeof(float));
-      gemm(xp.data(), m, pw, yp.data(), {&pool2});
+      gemm(xp.data(), m, pw, yp.data(), amx(&pool2));
       for (int64_t r = 0; r < m; ++r)
         expect_same_bits(yp.data() + to[r] * n, y2.data() + r * n, static_cast<size_t>(n), what + " permuted");
     }
@@ -648,7 +629,6 @@ TEST(GemmAmx, BatchInvariance) {
 // chains), and small in absolute terms.
 TEST(GemmAmx, ToleranceAgainstReference) {
   MXRL_SKIP_WITHOUT_AMX();
-  const UseAmx amx;
   ThreadPool pool(2);
   uint32_t seed = 8000;
   int64_t differ = 0, total = 0;
@@ -659,7 +639,7 @@ TEST(GemmAmx, ToleranceAgainstReference) {
       const std::vector<float> x = random_matrix(m, k, ++seed);
       std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
       gemm_reference(x.data(), m, w.view, ref.data());
-      gemm(x.data(), m, PackedWeight::pack(w.view), y.data(), {&pool});
+      gemm(x.data(), m, PackedWeight::pack(w.view), y.data(), amx(&pool));
       double worst_amx = 0, worst_ref = 0;  // |y - exact| / (u sum|x w|)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < n; ++j) {
@@ -696,7 +676,6 @@ TEST(GemmAmx, ToleranceAgainstReference) {
 // as the reference says, NaN canonical.
 TEST(GemmAmx, FlushesLikeThePairChain) {
   MXRL_SKIP_WITHOUT_AMX();
-  const UseAmx amx;
   struct Case {
     float x0, x1;
     uint16_t w0, w1;
@@ -715,7 +694,7 @@ TEST(GemmAmx, FlushesLikeThePairChain) {
     const WeightView view{WFormat::BF16, 1, 2, wv};
     float ref = -1, y = -1;
     gemm_reference(x, 1, view, &ref);
-    gemm(x, 1, PackedWeight::pack(view), &y);
+    gemm(x, 1, PackedWeight::pack(view), &y, amx());
     EXPECT_EQ(f32_bits(y), f32_bits(ref)) << "x " << c.x0 << ", " << c.x1 << " w 0x" << std::hex << c.w0 << ", 0x"
                                          << c.w1 << ": amx " << y << " reference " << ref;
   }

@@ -286,16 +286,13 @@ TEST_P(LearnerAmx, SamplerAgreementAndThreadInvarianceHoldUnderAmx) {
   std::vector<float> g_auto;
   Learner(params, cfg).loss_and_grads(batch, g_auto);
 
-  struct UseAmx {
-    UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Amx); }
-    ~UseAmx() { detail::set_gemm_pair_kernel(detail::PairKernel::Auto); }
-  } amx;
-  ASSERT_EQ(detail::gemm_pair_kernel(), detail::PairKernel::Amx);
-  const Model sampler(params, PrecisionPlan::resolve(plan));
-  Learner learner(params, cfg);
+  const Exec amx{nullptr, Backend::Auto, PairKernel::Amx};
+  ASSERT_EQ(resolve_pair_kernel(amx.pair_kernel), PairKernel::Amx);
+  const Model sampler(params, PrecisionPlan::resolve(plan), amx);
+  Learner learner(params, cfg, amx);
   const auto ours = learner.logprobs(batch);
   for (size_t i = 0; i < batch.size(); ++i) {
-    const auto theirs = score_sequences(sampler, {{batch[i].tokens, 1}});
+    const auto theirs = score_sequences(sampler, {{batch[i].tokens, 1}}, {}, amx);
     for (size_t t = 1, j = 0; t < batch[i].tokens.size(); ++t)
       if (batch[i].target[t]) {
         ASSERT_LT(j, ours[i].size());
@@ -303,9 +300,9 @@ TEST_P(LearnerAmx, SamplerAgreementAndThreadInvarianceHoldUnderAmx) {
       }
   }
   std::vector<float> g1, g3;
-  Learner(params, cfg).loss_and_grads(batch, g1);
+  Learner(params, cfg, amx).loss_and_grads(batch, g1);
   ThreadPool pool(3);
-  Learner(params, cfg, Exec{&pool}).loss_and_grads(batch, g3);
+  Learner(params, cfg, Exec{&pool, Backend::Auto, PairKernel::Amx}).loss_and_grads(batch, g3);
   ASSERT_EQ(g1.size(), g3.size());
   EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float))) << plan;
   // And AMX really ran: its sums are rounded differently from the pair chain's.

@@ -10,6 +10,7 @@
 #include "learner/train_state.h"
 #include "model/checkpoint.h"
 #include "sampler/engine.h"
+#include "sampler/prompts.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/json_read.h"
@@ -109,8 +110,10 @@ TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& c, const s
   s.tk = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
   s.tokenizer_json = tokenizer_json;
   s.tokenizer_config_json = tokenizer_config_json;
-  if (c.eos_token_id() < 0 || c.eos_token_id() >= c.vocab_size) fail("the model config has no valid eos_token_id");
-  s.eos = static_cast<int32_t>(c.eos_token_id());
+  // Rollouts and evaluations stop on the one default of every sampler (sampler/prompts.h): the EOS token.
+  const std::vector<int32_t> stop = default_stop_tokens(c);
+  if (stop.size() != 1) fail("the model config has no valid eos_token_id");
+  s.eos = stop[0];
   if (s.tk->vocab_size() > c.vocab_size)
     fail("the tokenizer has {} tokens, the model only {}", s.tk->vocab_size(), c.vocab_size);
   s.max_new = max_new_tokens;

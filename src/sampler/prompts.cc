@@ -83,14 +83,10 @@ std::string decode_text(const tok::Tokenizer& tk, const std::vector<int32_t>& id
   return text;
 }
 
-std::vector<int32_t> default_stop_tokens(const ModelConfig& cfg, const tok::Tokenizer* tk) {
-  std::vector<int32_t> stop;
-  if (tk)
-    for (const char* name : {"<|endoftext|>", "<|im_end|>"})
-      if (auto id = tk->token_id(name); id && *id >= 0 && *id < cfg.vocab_size) stop.push_back(*id);
-  for (int64_t id : cfg.eos_token_ids)
-    if (id < cfg.vocab_size) stop.push_back(static_cast<int32_t>(id));
-  return stop;
+std::vector<int32_t> default_stop_tokens(const ModelConfig& cfg) {
+  const int64_t eos = cfg.eos_token_id();
+  if (eos < 0 || eos >= cfg.vocab_size) return {};
+  return {static_cast<int32_t>(eos)};
 }
 
 }  // namespace mxrl

@@ -1,5 +1,5 @@
 // From prompts to generation requests: the prompts file format of `mxrl
-// generate`, the stop tokens a model gets by default, and the text of
+// generate`, the stop tokens every sampler gets by default, and the text of
 // generated ids.
 #pragma once
 #include <cstdint>
@@ -24,9 +24,13 @@ struct Prompt {
 std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const tok::Tokenizer* tk,
                                  const std::string& model_dir);
 
-// The stop tokens of a model: <|endoftext|> and <|im_end|> where its
-// tokenizer has them, and the config's eos_token_id(s), all inside the vocabulary.
-std::vector<int32_t> default_stop_tokens(const ModelConfig& cfg, const tok::Tokenizer* tk);
+// The one stop-token default of every sampler: `mxrl generate`, Python's
+// Sampler.generate, and the rollouts and evaluations of RL and SFT. It is the
+// model's end-of-sequence token, config.json's eos_token_id (the first where
+// it lists several), when inside the vocabulary; none otherwise. (Chat tokens
+// such as <|im_end|> are not stops unless asked for: RL rollouts end on EOS,
+// and generate reproduces them.)
+std::vector<int32_t> default_stop_tokens(const ModelConfig& cfg);
 
 // The text of generated ids. Ids the tokenizer does not know (a model
 // vocabulary padded past the tokenizer's) become U+FFFD.

@@ -5,6 +5,10 @@
 namespace mxrl {
 
 enum class Backend { Auto, Scalar, Avx512 };
+// How the AVX-512 backend computes GEMMs with BF16 and MX weights (kernels/gemm.h):
+// Auto (VDPBF16PS where it passes its self-test, else FMA), Dot, Fma, or Amx
+// (AMX tiles: batch-invariant but not the reference pair chain; only when asked for).
+enum class PairKernel { Auto, Dot, Fma, Amx };
 
 struct CpuFeatures {
   bool avx512 = false;       // F + BW + DQ + VL, with OS support

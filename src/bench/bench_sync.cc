@@ -17,8 +17,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/bench_util.h"
-#include "cli/commands.h"
+#include "bench/bench_util.h"
+#include "bench/bench.h"
 #include "model/init.h"
 #include "model/model.h"
 #include "sync/mpi_channel.h"
@@ -28,17 +28,9 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl::bench {
 
 namespace {
-struct SyncBenchArgs {
-  std::vector<std::string> shapes = {"tiny-dense", "tiny-moe", "qwen3-0.6b"};
-  int64_t chunk_bytes = 1 << 20;
-  int reps = 5;
-  int threads = 0;
-  bool json = false;
-};
-
 enum : int { kTagRaw = 71, kTagAck = 72 };
 
 void announce(const mpi::Comm& c, uint8_t kind, uint64_t version) {
@@ -90,7 +82,9 @@ void serve(const mpi::Comm& c) {
   }
 }
 
-void bench_sync(const SyncBenchArgs& a) {
+}  // namespace
+
+void run_sync(const SyncOptions& a) {
   mpi::Session session(nullptr, nullptr);
   if (session.size() != 2) fail("bench sync needs 2 MPI ranks (sender and receiver): mpirun -np 2 mxrl bench sync");
   const mpi::Comm c(MPI_COMM_WORLD);
@@ -134,20 +128,5 @@ void bench_sync(const SyncBenchArgs& a) {
   c.bcast({}, 0);  // done
   if (a.json) fmt::print("{}\n", nlohmann::json{{"bench", "sync"}, {"rows", rows}}.dump());
 }
-}  // namespace
 
-void add_bench_sync(CLI::App* bench) {
-  auto a = std::make_shared<SyncBenchArgs>();
-  auto* c = bench->add_subcommand(
-      "sync", "Weight-sync bytes and time over MPI (mxfp8 vs bf16 sampler) beside raw MPI bandwidth: mpirun -np 2");
-  c->add_option("--shapes", a->shapes, "Model shapes (tiny-dense, tiny-moe, qwen3-0.6b)")->capture_default_str();
-  c->add_option("--chunk-bytes", a->chunk_bytes, "Payload bytes per chunk")->check(at_least(1))->capture_default_str();
-  c->add_option("--reps", a->reps, "Measured repetitions of each (after one warm-up)")->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  c->add_option("--threads", a->threads, "Worker threads for building the bundles (0: all cores)")
-      ->check(non_negative());
-  c->add_flag("--json", a->json, "Also print one JSON object (last line)");
-  c->callback([a] { bench_sync(*a); });
-}
-
-}  // namespace mxrl::cli
+}  // namespace mxrl::bench

@@ -6,25 +6,16 @@
 #include <chrono>
 #include <random>
 
-#include "cli/commands.h"
+#include "bench/bench.h"
 #include "model/init.h"
 #include "model/score.h"
 #include "tokenizer/tokenizer.h"
 #include "util/clock.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl::bench {
 
-namespace {
-struct ForwardArgs {
-  std::string preset = "tiny-dense";
-  std::vector<std::string> plans = {"fp32", "bf16", "mxfp8"};
-  int64_t batch = 8, seq_len = 128;
-  int threads = 0;
-  bool json = false;
-};
-
-void bench_forward(const ForwardArgs& a) {
+void run_forward(const ForwardOptions& a) {
   ThreadPool pool(a.threads);
   const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
   ParamTable params(preset_config(a.preset, vocab));
@@ -59,18 +50,5 @@ void bench_forward(const ForwardArgs& a) {
   }
   if (a.json) fmt::print("{}\n", j.dump());
 }
-}  // namespace
 
-void add_bench_forward(CLI::App* bench) {
-  auto a = std::make_shared<ForwardArgs>();
-  auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
-  c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
-  c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
-  c->add_option("--batch", a->batch, "Sequences")->check(at_least(1))->capture_default_str();
-  c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();
-  add_threads_option(c, &a->threads);
-  c->add_flag("--json", a->json, "One JSON object on the last line");
-  c->callback([a] { bench_forward(*a); });
-}
-
-}  // namespace mxrl::cli
+}  // namespace mxrl::bench

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace mxrl::cli {
+namespace mxrl {
 
 class Progress {
  public:
@@ -59,4 +59,4 @@ inline std::string format_duration(double s) {
   return t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

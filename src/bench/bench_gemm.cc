@@ -21,25 +21,16 @@
 
 #include <dlfcn.h>
 
-#include "cli/bench_util.h"
-#include "cli/commands.h"
-#include "cli/progress.h"
+#include "bench/bench_util.h"
+#include "bench/bench.h"
+#include "util/progress.h"
 #include "kernels/gemm.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl::bench {
 
 namespace {
-struct GemmBenchArgs {
-  int threads = 0;
-  std::string kernels = "auto";
-  bool json = false;
-  bool quick = false;
-  double min_time = 0.2;
-};
-
-
 // oneDNN here runs on OpenMP; its thread count is set through the OpenMP
 // runtime it loaded (no link dependency of our own on OpenMP).
 void set_onednn_threads(int n) {
@@ -83,22 +74,16 @@ struct Row {
   double s_amx_bf16, s_amx_mx;  // 0: AMX not measured
 };
 
-// The AMX pair kernel for the duration of a measurement, then back to --kernels.
-struct WithPairKernel {
-  detail::PairKernel saved;
-  explicit WithPairKernel(detail::PairKernel k) : saved(detail::gemm_pair_kernel()) { detail::set_gemm_pair_kernel(k); }
-  ~WithPairKernel() { detail::set_gemm_pair_kernel(saved); }
-  WithPairKernel(const WithPairKernel&) = delete;
-  WithPairKernel& operator=(const WithPairKernel&) = delete;
-};
+}  // namespace
 
-void bench_gemm(const GemmBenchArgs& a) {
-  apply_kernels_option(a.kernels);
+void run_gemm(const GemmOptions& a) {
+  const PairKernel pair_kernel = resolve_pair_kernel(a.pair_kernel);
   // The AMX columns: where it runs and is not already what the bf16 / mxfp8 columns use.
-  const bool amx_cols = detail::amx_available() && detail::gemm_pair_kernel() != detail::PairKernel::Amx;
+  const bool amx_cols = detail::amx_available() && pair_kernel != PairKernel::Amx;
   ThreadPool pool(a.threads);
   set_onednn_threads(pool.size());
-  const Exec exec{&pool, Backend::Auto};
+  const Exec exec{&pool, Backend::Auto, a.pair_kernel};
+  const Exec amx_exec{&pool, Backend::Auto, PairKernel::Amx};
   std::vector<int64_t> ms = {1, 32, 512, 4096};
   std::vector<std::pair<int64_t, int64_t>> nks = {{1024, 1024}, {3072, 1024}, {1024, 3072}};
   if (a.quick) {
@@ -147,9 +132,8 @@ void bench_gemm(const GemmBenchArgs& a) {
       r.s_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), exec); }, mt);
       r.s_mx = time_median([&] { gemm(x.data(), m, pm, y.data(), exec); }, mt);
       if (amx_cols) {
-        const WithPairKernel amx(detail::PairKernel::Amx);
-        r.s_amx_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), exec); }, mt);
-        r.s_amx_mx = time_median([&] { gemm(x.data(), m, pm, y.data(), exec); }, mt);
+        r.s_amx_bf16 = time_median([&] { gemm(x.data(), m, pb, y.data(), amx_exec); }, mt);
+        r.s_amx_mx = time_median([&] { gemm(x.data(), m, pm, y.data(), amx_exec); }, mt);
       }
       r.s_f32 = time_median([&] { gemm(x.data(), m, pf, y.data(), exec); }, mt);
       DnnlMatmul db(m, n, k, true, xb.data(), wb.data(), yd.data());
@@ -166,14 +150,14 @@ void bench_gemm(const GemmBenchArgs& a) {
   const Backend be = resolve_backend(Backend::Auto);
   auto gf = [](const Row& r, double s) { return 2.0 * r.m * r.n * r.k / s / 1e9; };
   nlohmann::json j = {{"bench", "gemm"}, {"threads", pool.size()}, {"backend", backend_name(be)},
-                      {"pair_kernel", pair_kernel_in_use()},
+                      {"pair_kernel", pair_kernel_name(pair_kernel)},
                       {"onednn_impl_bf16", impl_bf16}, {"onednn_impl_f32", impl_f32},
                       {"mx", "e4m3 rceil row"}, {"pack", packs}, {"results", nlohmann::json::array()}};
   if (!a.json) {
     fmt::print("bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, pair kernel {}, {} thread(s); median "
                "GFLOP/s{}\n"
                "oneDNN {}.{}.{}: bf16 impl {}, f32 impl {}\n",
-               backend_name(be), pair_kernel_in_use(), pool.size(),
+               backend_name(be), pair_kernel_name(pair_kernel), pool.size(),
                amx_cols ? "; amx-bf16 / amx-mx: the AMX pair kernel (batch-invariant, not the reference chain)" : "",
                dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, impl_bf16, impl_f32);
     fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}", "M", "N", "K",
@@ -221,18 +205,5 @@ void bench_gemm(const GemmBenchArgs& a) {
     fmt::print("{}\n", j.dump());
   }
 }
-}  // namespace
 
-void add_bench_gemm(CLI::App* bench) {
-  auto args = std::make_shared<GemmBenchArgs>();
-  auto* g = bench->add_subcommand("gemm", "GEMM GFLOP/s (BF16, MXFP8, FP32 weights) beside oneDNN BF16 and FP32 matmul");
-  add_threads_option(g, &args->threads);
-  add_kernels_option(g, &args->kernels);
-  g->add_flag("--json", args->json, "Print one JSON object (last line) instead of a table");
-  g->add_flag("--quick", args->quick, "Fewer shapes (M in {1, 32, 512}, N = K = 1024)");
-  g->add_option("--min-time", args->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
-  g->callback([args] { bench_gemm(*args); });
-}
-
-}  // namespace mxrl::cli
+}  // namespace mxrl::bench

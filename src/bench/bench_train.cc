@@ -6,26 +6,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
+#include "bench/bench.h"
 #include "experiments/train_sweep.h"
+#include "kernels/gemm.h"
 #include "model/init.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl::bench {
 
-namespace {
-struct TrainBenchArgs {
-  exp::TrainBenchConfig cfg;
-  int64_t micro_batch_tokens = 4096;
-  std::vector<int64_t> budgets = {512, 1024, 2048, 4096, 8192, 16384};
-  bool sweep = false, json = false;
-  int threads = 0;
-  std::string kernels = "auto";
-};
-
-void bench_train(TrainBenchArgs a) {
-  apply_kernels_option(a.kernels);
+void run_train(TrainOptions a) {
   ThreadPool pool(a.threads);
+  const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   a.cfg.budgets = a.sweep ? a.budgets : std::vector<int64_t>{a.micro_batch_tokens};
   const exp::TrainBenchConfig& c = a.cfg;
   if (!a.json)
@@ -33,7 +24,7 @@ void bench_train(TrainBenchArgs a) {
                "once per {}, pair kernel {}\n"
                "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
                c.preset, c.tokens, c.tokens / c.seq_len, c.seq_len, pool.size(), c.reps,
-               c.requant_every_microbatch ? "micro-batch" : "step", pair_kernel_in_use(), "recipe", "budget", "mbs", "tokens/s",
+               c.requant_every_microbatch ? "micro-batch" : "step", pair_kernel_name(resolve_pair_kernel(a.pair_kernel)), "recipe", "budget", "mbs", "tokens/s",
                "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "attn", "adamw", "rest", "mb ms", "us/token");
   auto row = [&](const nlohmann::json& r) {
     if (a.json) return;
@@ -43,7 +34,7 @@ void bench_train(TrainBenchArgs a) {
                d("tokens_per_s"), d("ratio_to_first"), d("weight_quant_s"), d("act_quant_s"), d("gemm_s"),
                d("attention_s"), d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
   };
-  const nlohmann::json j = exp::bench_train(c, row, Exec{&pool});
+  const nlohmann::json j = exp::bench_train(c, row, exec);
   if (a.json) {
     fmt::print("{}\n", j.dump());
     return;
@@ -62,25 +53,5 @@ void bench_train(TrainBenchArgs a) {
     for (const auto& [recipe, x] : j["crossover"].items())
       fmt::print("  {}; measured: {}\n", x["verdict"].get<std::string>(), x["measured"].get<std::string>());
 }
-}  // namespace
 
-void add_bench_train(CLI::App* bench) {
-  auto a = std::make_shared<TrainBenchArgs>();
-  auto* c = bench->add_subcommand("train", "Training tokens/s per recipe, split by phase; --sweep fits the per-micro-batch and per-token costs");
-  c->add_option("--preset", a->cfg.preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
-  c->add_option("--recipe", a->cfg.recipes, "Recipes to compare (the first is the baseline)")->capture_default_str();
-  c->add_option("--tokens", a->cfg.tokens, "Tokens per optimizer step")->check(at_least(1))->capture_default_str();
-  c->add_option("--micro-batch-tokens", a->micro_batch_tokens, "Micro-batch budget (without --sweep)")->check(at_least(1))->capture_default_str();
-  c->add_option("--seq-len", a->cfg.seq_len, "Tokens per sequence")->check(at_least(1))->capture_default_str();
-  c->add_option("--budgets", a->budgets, "Sweep budgets")->capture_default_str();
-  c->add_option("--reps", a->cfg.reps, "Timed steps per point (median)")->check(at_least(1))->capture_default_str();
-  c->add_flag("--requant-every-microbatch", a->cfg.requant_every_microbatch,
-              "Remake the weight quantizations every micro-batch (counted in the micro-batch's fixed cost)");
-  c->add_flag("--sweep", a->sweep, "Sweep the micro-batch budget and fit fixed and per-token costs");
-  c->add_flag("--json", a->json, "One JSON object on stdout");
-  add_threads_option(c, &a->threads);
-  add_kernels_option(c, &a->kernels);
-  c->callback([a] { bench_train(*a); });
-}
-
-}  // namespace mxrl::cli
+}  // namespace mxrl::bench

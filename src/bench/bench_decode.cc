@@ -33,10 +33,11 @@
 
 #include <unistd.h>
 
-#include "cli/bench_util.h"
-#include "cli/commands.h"
-#include "cli/progress.h"
+#include "bench/bench_util.h"
+#include "bench/bench.h"
+#include "util/progress.h"
 #include "tokenizer/tokenizer.h"
+#include "kernels/gemm.h"
 #include "model/init.h"
 #include "model/forward.h"
 #include "util/clock.h"
@@ -44,7 +45,7 @@
 #include "util/splitmix.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl::bench {
 
 // A cheap deterministic stand-in for init_params (normal draws are slow at
 // 0.6B): uniform values of the same standard deviation, from a hash of the
@@ -71,16 +72,6 @@ void fill_params(ParamTable& params, ThreadPool& pool, float std) {
 }
 
 namespace {
-struct DecodeArgs {
-  std::string shape = "tiny-dense";
-  std::vector<std::string> plans = {"bf16", "mxfp8"};
-  std::vector<int64_t> batches = {1, 32};
-  int64_t prompt_len = 128, steps = 32, prefill_reps = 3;
-  int threads = 0;
-  std::string kernels = "auto";
-  bool json = false;
-};
-
 // Packed weight bytes of every linear, and those one decode step of `batch`
 // tokens reads (MoE experts: the expected number of distinct experts).
 struct WeightBytes {
@@ -151,9 +142,9 @@ struct DecodeResult {
   double weight_bytes_step = 0, kv_bytes_step = 0, gbps = 0;
   double decode_vs_first = 0, prefill_vs_first = 0;
 };
+}  // namespace
 
-
-void bench_decode(const DecodeArgs& a) {
+void run_decode(const DecodeOptions& a) {
   // Everything that can be refused is refused before the slow parts.
   const ModelConfig cfg = shape_config(a.shape, tok::builtin_char_tokenizer().vocab_size());
   std::vector<PrecisionPlan> plans;
@@ -162,9 +153,8 @@ void bench_decode(const DecodeArgs& a) {
     fail("bench decode: --prompt-len {} + --steps {} exceeds the {} positions of {}", a.prompt_len, a.steps,
          cfg.max_position_embeddings, a.shape);
 
-  apply_kernels_option(a.kernels);
   ThreadPool pool(a.threads);
-  const Exec exec{&pool};
+  const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   Progress progress;
 
   progress.show("  memory bandwidth");
@@ -290,7 +280,7 @@ void bench_decode(const DecodeArgs& a) {
     nlohmann::json j = {{"bench", "decode"}, {"shape", a.shape}, {"params", params.numel()},
                         {"init_s", init_s}, {"prompt_len", a.prompt_len}, {"steps", a.steps},
                         {"prefill_reps", a.prefill_reps}, {"threads", pool.size()},
-                        {"pair_kernel", pair_kernel_in_use()},
+                        {"pair_kernel", pair_kernel_name(resolve_pair_kernel(a.pair_kernel))},
                         {"memcpy_gbps", memcpy_gbps}, {"read_gbps", read_gbps}, {"bandwidth_buffer_bytes", bw0.bytes},
                         {"memcpy_gbps_before_after", {bw0.memcpy_gbps, bw1.memcpy_gbps}},
                         {"read_gbps_before_after", {bw0.read_gbps, bw1.read_gbps}},
@@ -316,7 +306,7 @@ void bench_decode(const DecodeArgs& a) {
   }
   fmt::print("bench decode: {} ({:.1f} M params, random init {:.2f} s), prompt {} tokens, {} decode steps, "
              "{} thread(s), pair kernel {}\n",
-             a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(), pair_kernel_in_use());
+             a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(), pair_kernel_name(resolve_pair_kernel(a.pair_kernel)));
   fmt::print("memcpy {:.2f} GB/s (bytes copied), read {:.2f} GB/s ({:.0f} MiB buffer, best of before/after)\n",
              memcpy_gbps, read_gbps, bw0.bytes / MiB);
   fmt::print("plans interleaved; prefill: median of {}, decode: median step; ratios to {} at the same batch\n",
@@ -337,26 +327,5 @@ void bench_decode(const DecodeArgs& a) {
     fmt::print("batch 1, mxfp8 / bf16: decode tokens/s {:.2f}x for {:.2f}x the bytes read per step\n",
                mx_1->decode_tps / bf16_1->decode_tps, bytes_step(*mx_1) / bytes_step(*bf16_1));
 }
-}  // namespace
 
-void add_bench_decode(CLI::App* bench) {
-  auto a = std::make_shared<DecodeArgs>();
-  auto* c = bench->add_subcommand("decode", "Prefill and decode tokens/s, and decode memory bandwidth beside memcpy");
-  c->add_option("--shape", a->shape, "Model shape, random weights: " + fmt::format("{}", fmt::join(shape_names(), ", ")))
-      ->check(CLI::IsMember(shape_names()))->capture_default_str();
-  c->add_option("--plan", a->plans, "Plan (name or .toml), repeatable; the first is the baseline")
-      ->take_all()->capture_default_str();
-  c->add_option("--batch", a->batches, "Sequences per forward call, repeatable")
-      ->take_all()->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
-  c->add_option("--prompt-len", a->prompt_len, "Prompt tokens per sequence")
-      ->check(CLI::Range(int64_t{1}, int64_t{32768}))->capture_default_str();
-  c->add_option("--steps", a->steps, "Decode steps")->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
-  c->add_option("--prefill-reps", a->prefill_reps, "Prefill repetitions (median)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100}))->capture_default_str();
-  add_threads_option(c, &a->threads);
-  add_kernels_option(c, &a->kernels);
-  c->add_flag("--json", a->json, "One JSON object on the last line");
-  c->callback([a] { bench_decode(*a); });
-}
-
-}  // namespace mxrl::cli
+}  // namespace mxrl::bench
