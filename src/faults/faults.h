@@ -13,7 +13,10 @@
 //   engine   EngineHooks         (sampler/engine.h)  the swap (drain, prefix cache,
 //                                                    decode plan, forward options)
 // rl/ builds the hooks from RlConfig::inject (make_fault_hooks) and hands them
-// to the sync and the engine; experiments/fault_matrix runs every fault.
+// to the sync and the engine; experiments/fault_matrix runs every fault. Two
+// faults also act in rl/, which sits above faults/ and reads the plan itself:
+// sampler-killed (the MPI sampler process, rl/distributed.cc) and
+// sync-mid-generation's early rollout (rl/grpo.cc).
 //
 // Adding a fault touches about three files: the catalogue (its enum value
 // here, its row in faults.cc's table: name, condition, seam, what it needs,
