@@ -88,7 +88,7 @@ struct EngineOptions {
   bool record_logits = false;          // keep GeneratedSample::logits
   // Another engine's numerics instead of the contract's (model/linear.h):
   // a foreign GEMM reduction order, a unit FP8 KV scale. {}: the contract.
-  ForwardOptions forward;
+  ForwardOptions forward{};
 };
 
 // What the swap to a version does; EngineHooks::on_swap may change it.
@@ -96,7 +96,7 @@ struct EngineSwap {
   bool drain = true;           // wait for the samples in flight
   bool drop_prefixes = true;   // flush the prefix cache
   bool rebind_plan = true;     // bind the decode plan to the new model
-  ForwardOptions forward;      // the numerics from this version on (in: the current ones)
+  ForwardOptions forward{};    // the numerics from this version on (in: the current ones)
 };
 
 // The engine's seam for injected faults (faults/ implements it; the engine

@@ -309,7 +309,7 @@ TEST_P(EngineSharing, PrefixSharingIsBitwiseInvisible) {
   for (int64_t budget : {int64_t{1} << 20, int64_t{90}, int64_t{40}, int64_t{30}})
     for (int64_t prefill : {int64_t{4096}, int64_t{17}})
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        EngineOptions on{budget, prefill, true, true, {}};
+        EngineOptions on{budget, prefill, true, true};
         const std::string what = fmt::format("budget {} prefill {} threads {}", budget, prefill, p ? 3 : 1);
         const Samples got = generate(model, reqs, on, p);
         expect_same(base, got, what);
