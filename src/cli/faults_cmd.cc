@@ -1,4 +1,4 @@
-// mxrl faults: the sync fault matrix (rl/fault_matrix.h). Without warm starts
+// mxrl faults: the sync fault matrix (experiments/fault_matrix.h). Without warm starts
 // given, it initialises the tiny dense and MoE presets and SFT-trains each
 // (the MoE one under an MXFP8 plan with an FP32 router, so that router-bf16
 // applies), then runs every fault twice (checks on, checks off) and writes
@@ -12,9 +12,9 @@
 #include "cli/commands.h"
 #include "cli/config_file.h"
 #include "util/progress.h"
-#include "rl/fault_matrix.h"
+#include "experiments/fault_matrix.h"
+#include "faults/faults.h"
 #include "rl/warm_start.h"
-#include "util/faults.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 struct FaultsArgs {
   std::string out;
-  rl::FaultMatrixConfig cfg;
+  exp::FaultMatrixConfig cfg;
   int64_t sft_steps = 300;
   std::vector<std::string> presets = {"dense", "moe"};
   bool list = false;
@@ -68,16 +68,16 @@ void run_faults(FaultsArgs& a) {
   if (a.out.empty()) throw CLI::ValidationError("--out", "required (or --list)");
   ThreadPool pool(a.threads);
   fs::create_directories(a.out);
-  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = rl::write_router_fp32_plan(a.out);
+  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = exp::write_router_fp32_plan(a.out);
   auto wanted = [&](const char* p) { return std::find(a.presets.begin(), a.presets.end(), p) != a.presets.end(); };
   if (!wanted("dense")) a.cfg.dense_model.clear();
   else if (a.cfg.dense_model.empty()) a.cfg.dense_model = warm_start(a, "tiny-dense", a.cfg.dense_recipe, pool);
   if (!wanted("moe")) a.cfg.moe_model.clear();
   else if (a.cfg.moe_model.empty()) a.cfg.moe_model = warm_start(a, "tiny-moe", a.cfg.moe_recipe, pool);
   int64_t n = 0;
-  const rl::FaultMatrix m = rl::run_fault_matrix(
+  const exp::FaultMatrix m = exp::run_fault_matrix(
       a.cfg, [&](const std::string& line) { fmt::print(stderr, "faults: [{}] {}\n", ++n, line); }, Exec{&pool});
-  rl::write_fault_matrix(m, a.out);
+  exp::write_fault_matrix(m, a.out);
   fmt::print("{}", m.to_markdown());
   fmt::print(stderr, "wrote {}/faults.md and {}/faults.json\n", a.out, a.out);
 }

@@ -8,11 +8,11 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "faults/hooks.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "sync/bundle.h"
 #include "sync/engine_dump.h"
-#include "sync/faults.h"
 #include "sync/sync.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -81,8 +81,9 @@ void run_dump(const DumpArgs& a) {
   s.mode = mode;
   s.checks = sync::CheckMode::Warn;
   s.agreement_every = 0;  // conditions 1-4 are what a dump shows
-  if (!a.fault.empty()) s.faults = FaultPlan::parse({a.fault});
-  sync::check_faults_apply(s.faults, cfg, plan, plan, mode);
+  const FaultPlan faults = a.fault.empty() ? FaultPlan{} : FaultPlan::parse({a.fault});
+  check_faults_apply(faults, cfg, plan, plan, mode);
+  s.hooks = make_fault_hooks(faults).sync;
   const Checkpoint ck = load_checkpoint(a.model);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};

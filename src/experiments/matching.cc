@@ -50,12 +50,11 @@ std::vector<PromptSums> measure_matching(const std::string& model_dir, const Mat
   Learner learner(std::move(ck.params), lc, exec);
   const PrecisionPlan plan = PrecisionPlan::resolve(s.sampler);
   if (s.sync == sync::SyncMode::Ship) sync::check_ship_compatible(learner.plan(), plan, learner.params().config());
-  Exec engine_exec = exec;
-  if (split_k > 1) engine_exec.gemm_split_k = split_k;
   EngineOptions opt;
   opt.record_logits = true;
-  Engine engine(std::make_shared<const Model>(learner.params(), plan, engine_exec), std::numeric_limits<uint64_t>::max(),
-                opt, engine_exec);
+  if (split_k > 1) opt.forward.gemm_split_k = split_k;
+  Engine engine(std::make_shared<const Model>(learner.params(), plan, exec), std::numeric_limits<uint64_t>::max(), opt,
+                exec);
   sync::SyncSettings ss;
   ss.mode = s.sync;
   ss.checks = sync::CheckMode::Off;

@@ -57,7 +57,7 @@ struct PromptSums {
 };
 
 // The per-prompt sums of one configuration on one model; `exec` runs the
-// learner, the sampler runs it too (with gemm_split_k = split_k when > 1).
+// learner, the sampler runs it too (with EngineOptions::forward.gemm_split_k = split_k when > 1).
 std::vector<PromptSums> measure_matching(const std::string& model_dir, const MatchSetup& s, const MatchingConfig& cfg,
                                          int split_k, const Exec& exec = {});
 

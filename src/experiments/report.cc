@@ -13,11 +13,11 @@
 #include <fstream>
 #include <map>
 
+#include "experiments/fault_matrix.h"
 #include "experiments/matching.h"
 #include "experiments/rl_kl.h"
 #include "experiments/train_sweep.h"
 #include "model/init.h"
-#include "rl/fault_matrix.h"
 #include "rl/warm_start.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
@@ -256,15 +256,15 @@ void run_report(const ReportConfig& cfg, const Progress& progress_in, const Exec
   if (wanted("speed")) timed("speed", [&] { write_json(cfg.out, "speed.json", run_speed(cfg, w, progress, exec)); });
   if (wanted("faults"))
     timed("faults", [&] {
-      rl::FaultMatrixConfig f;
+      FaultMatrixConfig f;
       f.dense_model = w.dense;
       f.moe_model = w.moe;
       f.task = cfg.task;
-      f.moe_recipe = rl::write_router_fp32_plan((fs::path(cfg.out) / "warm").string());
+      f.moe_recipe = write_router_fp32_plan((fs::path(cfg.out) / "warm").string());
       if (cfg.quick)
         f.steps = 3, f.inject_step = 2, f.prompts_per_step = 4, f.samples_per_prompt = 4,
         f.only = {"drop-tensor", "stale-scales", "stale-prefix-cache"};
-      rl::write_fault_matrix(rl::run_fault_matrix(f, progress, exec), (fs::path(cfg.out) / "faults").string());
+      write_fault_matrix(run_fault_matrix(f, progress, exec), (fs::path(cfg.out) / "faults").string());
     });
   char host[256] = "?";
   gethostname(host, sizeof host - 1);

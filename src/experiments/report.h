@@ -6,7 +6,7 @@
 //   rl_kl.json     the exact KL and reward per RL step, several seeds;
 //   speed.json     the micro-batch sweep with its fit, and the RL step-time
 //                  split for the bf16 and mxfp8 recipes with matching samplers;
-//   faults/        the fault matrix (rl/fault_matrix.h);
+//   faults/        the fault matrix (experiments/fault_matrix.h);
 //   report.json    mode, wall time, date, machine.
 // Warm starts (SFT-trained tiny dense and MoE presets) are trained under
 // DIR/warm/ unless given. --quick runs every part at a size small enough for

@@ -19,8 +19,10 @@ namespace mxrl {
 // With `trace`, also records what the backward needs (rows must then be null).
 // `workspace` (null: one made for this call) holds every intermediate; pass the
 // same one to every call and forward() stops allocating once it has grown.
+// `fo`: another engine's departures from the contract (model/linear.h; the
+// sampler's option, {} for everything else).
 void forward(const Model& model, KvCache& cache, const TokenBatch& batch, float* logits, const Exec& exec = {},
              const std::vector<int64_t>* rows = nullptr, ForwardTrace* trace = nullptr,
-             ForwardWorkspace* workspace = nullptr);
+             ForwardWorkspace* workspace = nullptr, const ForwardOptions& fo = {});
 
 }  // namespace mxrl

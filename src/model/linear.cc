@@ -69,31 +69,32 @@ void quantize_activations(const float* x, int64_t m, int64_t k, const LinearPrec
   precision_traits(prec.precision).quantize_activations(x, m, k, prec, out, exec);
 }
 
-const float* PreparedLinear::gemm_input(const float* x, int64_t m, std::vector<float>& scratch,
-                                        const Exec& exec) const {
+const float* PreparedLinear::gemm_input(const float* x, int64_t m, std::vector<float>& scratch, const Exec& exec,
+                                        const ForwardOptions& fo) const {
   const PrecisionTraits& t = precision_traits(prec.precision);
   // fp32 multiplies x as it is; so does bf16, whose rounding the GEMM makes
   // itself (but not gemm_split_k, which multiplies its operands as given).
-  if (t.wformat == WFormat::F32 || (t.gemm_rounds_x && exec.gemm_split_k <= 1)) return x;
+  if (t.wformat == WFormat::F32 || (t.gemm_rounds_x && fo.gemm_split_k <= 1)) return x;
   PhaseTimer timer(exec.times, Phase::ActQuant);
   scratch.resize(m * k);
   quantize_activations(x, m, k, prec, scratch.data(), exec);
   return scratch.data();
 }
 
-void PreparedLinear::multiply(const float* in, int64_t m, float* y, const Exec& exec) const {
+void PreparedLinear::multiply(const float* in, int64_t m, float* y, const Exec& exec,
+                              const ForwardOptions& fo) const {
   if (m == 0) return;
   PhaseTimer timer(exec.times, Phase::Gemm);
-  if (exec.gemm_split_k > 1)
-    gemm_split_k(in, m, view(), y, exec.gemm_split_k, exec.pool);
+  if (fo.gemm_split_k > 1)
+    gemm_split_k(in, m, view(), y, fo.gemm_split_k, exec.pool);
   else
     gemm(in, m, packed, y, exec);
 }
 
-void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<float>& scratch,
-                             const Exec& exec) const {
+void PreparedLinear::forward(const float* x, int64_t m, float* y, std::vector<float>& scratch, const Exec& exec,
+                             const ForwardOptions& fo) const {
   if (m == 0) return;
-  multiply(gemm_input(x, m, scratch, exec), m, y, exec);
+  multiply(gemm_input(x, m, scratch, exec, fo), m, y, exec, fo);
 }
 
 }  // namespace mxrl

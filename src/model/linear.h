@@ -16,6 +16,17 @@
 
 namespace mxrl {
 
+// How a forward pass departs from the contract, as another engine would: the
+// sampler's own options (EngineOptions::forward, sampler/engine.h); {}
+// everywhere else. gemm_split_k > 1: the linears sum K in that many partial
+// chains (gemm_split_k of kernels/gemm.h) instead of the contract's order.
+// kv_unit_scale: an FP8 KV cache is written with a static scale of 1.0
+// instead of each token's amax / 448 (calibrated KV scales missing).
+struct ForwardOptions {
+  int gemm_split_k = 0;
+  bool kv_unit_scale = false;
+};
+
 struct PreparedLinear {
   std::string name;
   LinearPrecision prec;
@@ -38,14 +49,16 @@ struct PreparedLinear {
   void validate_and_pack(const Exec& exec);
 
   // y[m, n] = quantize_activations(x[m, k]) * W^T. scratch holds m*k floats.
-  void forward(const float* x, int64_t m, float* y, std::vector<float>& scratch, const Exec& exec) const;
+  void forward(const float* x, int64_t m, float* y, std::vector<float>& scratch, const Exec& exec,
+               const ForwardOptions& fo = {}) const;
   // forward() in two steps, so that linears reading the same x (q, k, v; gate,
   // up) quantize it once: gemm_input is x as this linear's GEMM multiplies it
   // (its activation quantization in `scratch`, or x itself where there is
   // none to make), multiply takes gemm_input's result of any linear with
   // same_activations(). forward(x) = multiply(gemm_input(x)), bit for bit.
-  const float* gemm_input(const float* x, int64_t m, std::vector<float>& scratch, const Exec& exec) const;
-  void multiply(const float* in, int64_t m, float* y, const Exec& exec) const;
+  const float* gemm_input(const float* x, int64_t m, std::vector<float>& scratch, const Exec& exec,
+                          const ForwardOptions& fo = {}) const;
+  void multiply(const float* in, int64_t m, float* y, const Exec& exec, const ForwardOptions& fo = {}) const;
   bool same_activations(const PreparedLinear& o) const { return prec == o.prec && k == o.k; }
 };
 

@@ -188,7 +188,7 @@ void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool f
     std::memcpy(dst, src, kv_heads * hd * sizeof(float));
     return;
   }
-  if (unit_scale) {  // Exec::kv_unit_scale: a static scale of 1.0 instead of amax / 448
+  if (unit_scale) {  // ForwardOptions::kv_unit_scale: a static scale of 1.0 instead of amax / 448
     for (int64_t i = 0; i < kv_heads * hd; ++i) dst[i] = elem_decode(ElemType::E4M3, elem_encode(ElemType::E4M3, src[i]));
     return;
   }
@@ -214,42 +214,43 @@ float* into(std::vector<float>* traced, int64_t size, float* fallback) {
 // Linears that read the same x (q, k, v; gate, up): x's activation
 // quantization made once for every one that shares the first one's.
 void forward_same_input(std::initializer_list<std::pair<const PreparedLinear*, float*>> ls, const float* x,
-                        int64_t m, ForwardWorkspace& w, const Exec& exec) {
+                        int64_t m, ForwardWorkspace& w, const Exec& exec, const ForwardOptions& fo) {
   if (m == 0) return;
   const PreparedLinear& first = *ls.begin()->first;
-  const float* in = first.gemm_input(x, m, w.scratch, exec);
+  const float* in = first.gemm_input(x, m, w.scratch, exec, fo);
   for (const auto& [L, y] : ls)
     if (L->same_activations(first))
-      L->multiply(in, m, y, exec);
+      L->multiply(in, m, y, exec, fo);
     else
-      L->forward(x, m, y, w.scratch_other, exec);
+      L->forward(x, m, y, w.scratch_other, exec, fo);
 }
 
 // SwiGLU MLP on rows x[m, H] -> y[m, H]. With trace buffers, keeps the
 // gate/up projections and the SwiGLU output.
 void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x,
-         int64_t m, float* y, ForwardWorkspace& w, const Exec& exec, std::vector<float>* t_gate = nullptr,
+         int64_t m, float* y, ForwardWorkspace& w, const Exec& exec, const ForwardOptions& fo,
+         std::vector<float>* t_gate = nullptr,
          std::vector<float>* t_up = nullptr, std::vector<float>* t_h = nullptr) {
   const int64_t F = gate.n;
   if (!t_gate) w.gate.resize(m * F), w.up.resize(m * F);
   float* g = into(t_gate, m * F, w.gate.data());
   float* u = into(t_up, m * F, w.up.data());
-  forward_same_input({{&gate, g}, {&up, u}}, x, m, w, exec);
+  forward_same_input({{&gate, g}, {&up, u}}, x, m, w, exec, fo);
   float* h = into(t_h, m * F, g);  // untraced: in place over the gate
   swiglu_forward(h, g, u, m * F, exec);
-  down.forward(h, m, y, w.scratch, exec);
+  down.forward(h, m, y, w.scratch, exec, fo);
 }
 
 // Sparse MoE block: route each row, run each expert on its rows (in expert
 // order), and sum weight * output into y in ascending expert order.
 void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t m, float* y, ForwardWorkspace& ws,
-         const Exec& exec, LayerTrace* t) {
+         const Exec& exec, const ForwardOptions& fo, LayerTrace* t) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.num_experts_per_tok;
   std::vector<float>& logits = ws.router_logits;
   std::vector<int32_t>& experts = ws.experts;
   std::vector<float>& weights = ws.route_weights;
   logits.resize(m * E), experts.resize(m * K), weights.resize(m * K);
-  L.router.forward(x, m, logits.data(), ws.scratch, exec);
+  L.router.forward(x, m, logits.data(), ws.scratch, exec, fo);
   moe_route(experts.data(), weights.data(), logits.data(), m, E, K, cfg.norm_topk_prob, exec);
   if (t) {
     t->router_logits.assign(logits.begin(), logits.end());
@@ -278,7 +279,7 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
     float* xr = into(et ? &et->x : nullptr, me * H, xe.data());
     float* yr = into(et ? &et->y : nullptr, me * H, ye.data());
     for (int64_t i = 0; i < me; ++i) std::memcpy(&xr[i * H], x + rows[i] * H, H * sizeof(float));
-    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xr, me, yr, ws, exec, et ? &et->gate : nullptr,
+    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xr, me, yr, ws, exec, fo, et ? &et->gate : nullptr,
         et ? &et->up : nullptr, et ? &et->h : nullptr);
     for (int64_t i = 0; i < me; ++i)
       for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + yr[i * H + d] * w[i];
@@ -287,7 +288,8 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
 }  // namespace
 
 void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec,
-             const std::vector<int64_t>* rows, ForwardTrace* trace, ForwardWorkspace* workspace) {
+             const std::vector<int64_t>* rows, ForwardTrace* trace, ForwardWorkspace* workspace,
+             const ForwardOptions& fo) {
   if (trace && rows) fail("forward: a traced pass computes the logits of every row");
   const ModelConfig& c = model.config();
   const int64_t n = b.size(), H = c.hidden_size, hd = c.head_dim;
@@ -346,7 +348,7 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     rmsnorm_forward(xn1, xs, L.input_norm, n, H, eps, exec);
     float* q_raw = into(t ? &t->q_raw : nullptr, n * qd, q);  // untraced: normalized and rotated in place
     float* k_raw = into(t ? &t->k_raw : nullptr, n * kvd, k);
-    forward_same_input({{&L.q, q_raw}, {&L.k, k_raw}, {&L.v, v}}, xn1, n, w, exec);
+    forward_same_input({{&L.q, q_raw}, {&L.k, k_raw}, {&L.v, v}}, xn1, n, w, exec, fo);
     float* qr = into(t ? &t->q : nullptr, n * qd, q);
     per_token(exec, n, [&](int64_t i) {
       float* qi = &qr[i * qd];
@@ -357,8 +359,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
       uint8_t* codes = fp8_kv ? &w.kv_codes[i * kvd] : nullptr;
       float* scales = fp8_kv ? &w.kv_scales[i * nkv] : nullptr;
-      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
-      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * kvd], nkv, hd, fp8_kv, codes, scales, exec.kv_unit_scale);
+      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales, fo.kv_unit_scale);
+      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * kvd], nkv, hd, fp8_kv, codes, scales, fo.kv_unit_scale);
     });
     float* at = into(t ? &t->att : nullptr, n * qd, att);
     {
@@ -373,16 +375,16 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
         }
       });
     }
-    L.o.forward(at, n, y, w.scratch, exec);
+    L.o.forward(at, n, y, w.scratch, exec, fo);
     float* xm = into(t ? &t->x_mid : nullptr, n * H, xs);
     add_into(xm, xs, y, n * H);
     // MLP block.
     float* xn2 = into(t ? &t->xn2 : nullptr, n * H, xn);
     rmsnorm_forward(xn2, xm, L.post_norm, n, H, eps, exec);
     if (L.moe)
-      moe(L, c, xn2, n, y, w, exec, t);
+      moe(L, c, xn2, n, y, w, exec, fo, t);
     else
-      mlp(L.gate, L.up, L.down, xn2, n, y, w, exec, t ? &t->gate : nullptr, t ? &t->up : nullptr,
+      mlp(L.gate, L.up, L.down, xn2, n, y, w, exec, fo, t ? &t->gate : nullptr, t ? &t->up : nullptr,
           t ? &t->h : nullptr);
     xs = trace ? into(l + 1 < L_count ? &trace->layers[l + 1].x_in : &trace->x_final, n * H, nullptr) : xm;
     add_into(xs, xm, y, n * H);
@@ -393,12 +395,12 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     float* xr = w.rows_x.data();
     for (int64_t i = 0; i < m; ++i) std::memcpy(&xr[i * H], &xs[(*rows)[i] * H], H * sizeof(float));
     rmsnorm_forward(xr, xr, model.final_norm(), m, H, eps, exec);
-    model.lm_head().forward(xr, m, logits, w.scratch, exec);
+    model.lm_head().forward(xr, m, logits, w.scratch, exec, fo);
     return;
   }
   float* xnf = into(trace ? &trace->xn_final : nullptr, n * H, xn);
   rmsnorm_forward(xnf, xs, model.final_norm(), n, H, eps, exec);
-  model.lm_head().forward(xnf, n, logits, w.scratch, exec);
+  model.lm_head().forward(xnf, n, logits, w.scratch, exec, fo);
 }
 
 }  // namespace mxrl

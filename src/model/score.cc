@@ -7,7 +7,7 @@
 namespace mxrl {
 
 std::vector<std::vector<float>> score_sequences(const Model& model, const std::vector<ScoreRequest>& reqs,
-                                                const ScoreOptions& opt, const Exec& exec) {
+                                                const ScoreOptions& opt, const Exec& exec, const ForwardOptions& fo) {
   const ModelConfig& c = model.config();
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto& r = reqs[i];
@@ -50,7 +50,7 @@ std::vector<std::vector<float>> score_sequences(const Model& model, const std::v
       feed(next++);
     }
     logits.resize(b.size() * c.vocab_size);
-    forward(model, cache, b, logits.data(), exec, nullptr, nullptr, &workspace);
+    forward(model, cache, b, logits.data(), exec, nullptr, nullptr, &workspace, fo);
     for (int64_t r = 0; r < b.size(); ++r) {
       const auto [i, pos] = who[r];
       const auto& req = reqs[i];
@@ -69,13 +69,14 @@ std::vector<std::vector<float>> score_sequences(const Model& model, const std::v
   return out;
 }
 
-std::vector<float> sequence_logits(const Model& model, const std::vector<int32_t>& tokens, const Exec& exec) {
+std::vector<float> sequence_logits(const Model& model, const std::vector<int32_t>& tokens, const Exec& exec,
+                                   const ForwardOptions& fo) {
   KvCache cache(model.config());
   const int s = cache.add_sequence();
   TokenBatch b;
   for (size_t t = 0; t < tokens.size(); ++t) b.add(tokens[t], s, static_cast<int64_t>(t));
   std::vector<float> logits(tokens.size() * model.config().vocab_size);
-  forward(model, cache, b, logits.data(), exec);
+  forward(model, cache, b, logits.data(), exec, nullptr, nullptr, nullptr, fo);
   return logits;
 }
 

@@ -20,10 +20,13 @@ struct ScoreOptions {
 
 // out[i][t - prompt_len] = log p(tokens[t] | tokens[<t]) at temperature 1.
 // Bitwise independent of which sequences share a call and of the options.
+// `fo`: another engine's departures from the contract (the sampler's; model/linear.h).
 std::vector<std::vector<float>> score_sequences(const Model& model, const std::vector<ScoreRequest>& reqs,
-                                                const ScoreOptions& opt = {}, const Exec& exec = {});
+                                                const ScoreOptions& opt = {}, const Exec& exec = {},
+                                                const ForwardOptions& fo = {});
 
 // FP32 logits [len, vocab] of one sequence (for tests against references).
-std::vector<float> sequence_logits(const Model& model, const std::vector<int32_t>& tokens, const Exec& exec = {});
+std::vector<float> sequence_logits(const Model& model, const std::vector<int32_t>& tokens, const Exec& exec = {},
+                                   const ForwardOptions& fo = {});
 
 }  // namespace mxrl

@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "faults/hooks.h"
 #include "model/digest.h"
 #include "sampler/sample_io.h"
-#include "sync/faults.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -214,7 +214,7 @@ struct Cluster::State {
     const PrecisionPlan& plan = *s.sampler_plan;
     auto t0 = Clock::now();
     const std::vector<std::byte> bytes = sync::build_bundle_bytes(learner.model(), learner.params(), plan, v, s, exec);
-    const std::vector<sync::ChunkFrame> frames = sender->frames(bytes, v, s.faults);
+    const std::vector<sync::ChunkFrame> frames = sender->frames(bytes, v, s.hooks.channel.get());
     const double build = seconds_since(t0);  // the bundle and its chunk headers
     ByteWriter w;
     w.put<uint8_t>(kSync);
@@ -428,6 +428,7 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
   sync::SyncSettings settings;
   sync::Probe probe;
   FaultPlan faults;
+  FaultSeams hooks;
   ModelConfig model_cfg;
   std::vector<GeneratedSample> last_rollout;
   uint64_t last_rollout_version = 0;
@@ -441,13 +442,14 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
       cfg = RlConfig::from_json(json::parse(r.get_str()));
       plan = sampler_plan_of(cfg);
       faults = FaultPlan::parse(cfg.inject);
+      hooks = make_fault_hooks(faults);
       settings.mode = cfg.sync;
       settings.checks = cfg.checks;
       settings.agreement_every = cfg.agreement_every;
       settings.bound.bitwise = r.get<uint8_t>() != 0;
       settings.bound.max_kl = cfg.agreement_max_kl;
       settings.bound.max_abs_dlogp = cfg.agreement_max_abs_dlogp;
-      settings.faults = faults;
+      settings.hooks = hooks.sync;
       settings.sampler_plan = plan;
       probe = read_probe(r);
       r.expect_done();
@@ -498,7 +500,7 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
                        : std::make_shared<const Model>(sync::bundle_to_params(bundle, model_cfg), plan, exec);
       EngineOptions opt;
       opt.record_logits = true;
-      engine = std::make_unique<Engine>(std::move(model), std::numeric_limits<uint64_t>::max(), opt, exec, faults);
+      engine = std::make_unique<Engine>(std::move(model), std::numeric_limits<uint64_t>::max(), opt, exec, hooks.engine);
       last_rollout_version = v;
     }
     auto receive = [&]() -> std::vector<std::byte> {

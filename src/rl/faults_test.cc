@@ -1,4 +1,4 @@
-// Fault injection on short GRPO runs: every fault of util/faults.h is caught
+// Fault injection on short GRPO runs: every fault of faults/faults.h is caught
 // at the first sync after its injection by the check expected for it, with a
 // finding naming the tensor, cache entry or sample; the clean run of the same
 // seed fires nothing; and every check catches some fault that no other check
@@ -10,13 +10,12 @@
 #include <map>
 #include <set>
 
+#include "faults/faults.h"
 #include "model/checkpoint.h"
 #include "model/init.h"
 #include "model/test_models.h"
 #include "rl/test_models_dir.h"
-#include "rl/fault_matrix.h"
 #include "rl/grpo.h"
-#include "sync/faults.h"
 #include "util/error.h"
 
 namespace mxrl::rl {

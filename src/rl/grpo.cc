@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "faults/hooks.h"
 #include "learner/train_state.h"
 #include "model/checkpoint.h"
 #include "sampler/sample_io.h"
-#include "sync/faults.h"
 #include "sync/mismatch.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -206,9 +206,10 @@ void RlRun::sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks) {
   const uint64_t v = static_cast<uint64_t>(step_);
   if (!sync_.sampler_plan) {
     const PrecisionPlan plan = sampler_plan_for(cfg_, *learner_);
-    sync::check_faults_apply(faults_, learner_->params().config(), learner_->plan(), plan, cfg_.sync, remote_ != nullptr);
+    check_faults_apply(faults_, learner_->params().config(), learner_->plan(), plan, cfg_.sync, remote_ != nullptr);
+    const FaultSeams hooks = make_fault_hooks(faults_);
     sync_.sampler_plan = plan;
-    sync_.faults = faults_;
+    sync_.hooks = hooks.sync;
     sync_.mode = cfg_.sync;
     sync_.checks = cfg_.checks;
     sync_.agreement_every = cfg_.agreement_every;
@@ -219,7 +220,7 @@ void RlRun::sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks) {
       EngineOptions opt;
       opt.record_logits = true;  // exact KL needs the sampler's whole distributions
       engine_ = std::make_unique<Engine>(std::make_shared<const Model>(learner_->params(), plan, exec_),
-                                         std::numeric_limits<uint64_t>::max(), opt, exec_, faults_);
+                                         std::numeric_limits<uint64_t>::max(), opt, exec_, hooks.engine);
     }
   }
   nlohmann::json local;

@@ -19,9 +19,9 @@
 //   4. sync of version t+1 and the checks (--checks stop: a failing check
 //      ends the run with the findings as the error).
 //
-// Faults (RlConfig::inject, util/faults.h) are handed to the seams where
-// they live: the sync (learner, channel and loader faults) and the engine
-// (caches, plan, kernels). sync-mid-generation also starts the next rollout
+// Faults (RlConfig::inject, faults/faults.h) are handed to the seams where
+// they live as hooks (faults/hooks.h): the sync (learner, channel and loader
+// faults) and the engine (caches, plan, kernels). sync-mid-generation also starts the next rollout
 // before the sync (two engine steps), as an asynchronous trainer would; the
 // faulty sync then swaps weights under those samples without draining.
 //
@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "faults/faults.h"
 #include "learner/learner.h"
 #include "rl/grpo_math.h"
 #include "rl/sft.h"
@@ -71,7 +72,7 @@ struct RlConfig {
   int64_t eval_every = 0;            // steps between held-out greedy evaluations (0: start and end only)
   int64_t eval_problems = 200;
   int64_t save_every = 0;
-  std::vector<std::string> inject;   // faults, NAME or NAME@STEP (util/faults.h)
+  std::vector<std::string> inject;   // faults, NAME or NAME@STEP (faults/faults.h)
   // Off-policy bound: step t+1's rollout is generated under the weights of
   // step t while the learner trains step t (1), or on-policy (0). A sample
   // older than the bound is refused.

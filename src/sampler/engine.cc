@@ -11,8 +11,8 @@ namespace mxrl {
 const char* finish_reason_name(FinishReason r) { return r == FinishReason::Stop ? "stop" : "length"; }
 
 Engine::Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt, const Exec& exec,
-               FaultPlan faults)
-    : model_(std::move(model)), version_(version), opt_(opt), exec_(exec), faults_(std::move(faults)),
+               std::shared_ptr<const EngineHooks> hooks)
+    : model_(std::move(model)), version_(version), opt_(opt), exec_(exec), hooks_(std::move(hooks)),
       cache_(model_->config()) {
   if (opt_.kv_budget_tokens < 1) fail("engine: kv budget must be positive");
   if (opt_.max_prefill_tokens < 1) fail("engine: max_prefill_tokens must be positive");
@@ -76,19 +76,18 @@ void Engine::stage(const WeightShipment& shipment, uint64_t version) {
 bool Engine::swap_now() {
   if (!staged_) return false;
   const uint64_t v = staged_version_;
-  const FaultPlan& f = faults_;
-  const bool no_drain = f.active(Fault::SyncMidGeneration, v);  // fault: swap under samples in flight
-  const bool keep_prefixes = f.active(Fault::StalePrefixCache, v);  // fault: the prefix cache is not flushed
-  if (!running_.empty() && !no_drain) return false;
-  if (!keep_prefixes) drop_prefixes();
+  EngineSwap sw;
+  sw.forward = opt_.forward;
+  if (hooks_) hooks_->on_swap(v, sw);
+  if (!running_.empty() && sw.drain) return false;
+  if (sw.drop_prefixes) drop_prefixes();
   if (running_.empty() && prefix_.empty())
     cache_ = KvCache(staged_->config());  // nothing derived from the old weights survives
   ++epoch_;
   model_ = std::move(staged_);
   staged_ = nullptr;
-  if (!f.active(Fault::StalePlan, v)) plan_ = {model_, v, epoch_};  // fault: the old plan (and weights) stay bound
-  if (f.active(Fault::ForeignKernel, v)) exec_.gemm_split_k = 4;
-  if (f.active(Fault::KvScaleOne, v)) exec_.kv_unit_scale = true;
+  if (sw.rebind_plan) plan_ = {model_, v, epoch_};
+  opt_.forward = sw.forward;
   version_ = v;  // reported only once everything is rebuilt
   return true;
 }
@@ -105,11 +104,11 @@ std::vector<DerivedObject> Engine::derived_objects() const {
 }
 
 std::vector<std::vector<float>> Engine::score(const std::vector<ScoreRequest>& reqs) const {
-  return score_sequences(*plan_.model, reqs, {}, exec_);
+  return score_sequences(*plan_.model, reqs, {}, exec_, opt_.forward);
 }
 
 std::vector<float> Engine::sequence_logits(const std::vector<int32_t>& tokens) const {
-  return mxrl::sequence_logits(*plan_.model, tokens, exec_);
+  return mxrl::sequence_logits(*plan_.model, tokens, exec_, opt_.forward);
 }
 
 Engine::PrefixEntry* Engine::find_prefix(const std::vector<int32_t>& prompt) {
@@ -130,7 +129,7 @@ Engine::PrefixEntry& Engine::new_prefix(const std::vector<int32_t>& prompt) {
 }
 
 void Engine::release_unused_prefixes() {
-  if (faults_.injected(Fault::StalePrefixCache)) return;  // fault: entries are kept for reuse, across versions
+  if (hooks_ && hooks_->keeps_prefixes()) return;
   for (auto it = prefix_.begin(); it != prefix_.end();) {
     if (waiting_prompts_.count(it->first)) {
       ++it;
@@ -208,7 +207,7 @@ std::vector<Engine::Row> Engine::compute_rows(const std::vector<PrefixEntry*>& f
   }
   const int64_t V = plan_.model->config().vocab_size;
   logits_.resize(rows.size() * V);
-  if (b.size() > 0) forward(*plan_.model, cache_, b, logits_.data(), exec_, &rows, nullptr, &workspace_);
+  if (b.size() > 0) forward(*plan_.model, cache_, b, logits_.data(), exec_, &rows, nullptr, &workspace_, opt_.forward);
   for (size_t i = 0; i < fresh.size(); ++i) fresh[i]->logits.assign(&logits_[i * V], &logits_[(i + 1) * V]);
   std::vector<Row> out;
   size_t next = fresh.size();
@@ -227,7 +226,7 @@ std::vector<Engine::Row> Engine::compute_rows(const std::vector<PrefixEntry*>& f
 
 Engine::Row Engine::attach(Seq& s) {
   const PrefixEntry& e = *s.prefix;
-  if ((e.version != plan_.version || e.epoch != plan_.epoch) && !faults_.injected(Fault::StalePrefixCache))
+  if ((e.version != plan_.version || e.epoch != plan_.epoch) && !(hooks_ && hooks_->keeps_prefixes()))
     fail("engine: internal: prefix entry of version {} (epoch {}) used under version {} (epoch {})", e.version,
          e.epoch, plan_.version, plan_.epoch);
   cache_.copy_prefix(e.slot, s.slot, e.len);
@@ -270,8 +269,7 @@ std::vector<GeneratedSample> Engine::retire(const std::vector<bool>& finished) {
     Seq& s = *running_[i];
     s.out.version = plan_.version;
     for (uint64_t v : s.out.token_versions)
-      if (v != s.out.version && !faults_.injected(Fault::SyncMidGeneration) &&
-          !faults_.injected(Fault::StalePrefixCache))
+      if (v != s.out.version && !(hooks_ && hooks_->mixes_versions()))
         fail("engine: internal: sample {} of request {} mixes versions {} and {}", s.out.index, s.out.request, v,
              s.out.version);
     cache_.release(s.slot);

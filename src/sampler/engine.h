@@ -49,7 +49,6 @@
 #include "model/forward.h"
 #include "model/score.h"
 #include "sampler/sampling.h"
-#include "util/faults.h"
 
 namespace mxrl {
 
@@ -87,6 +86,30 @@ struct EngineOptions {
   int64_t max_prefill_tokens = 4096;   // prompt tokens prefilled per step
   bool prefix_sharing = true;          // compute each distinct prompt's KV once for all its samples
   bool record_logits = false;          // keep GeneratedSample::logits
+  // Another engine's numerics instead of the contract's (model/linear.h):
+  // a foreign GEMM reduction order, a unit FP8 KV scale. {}: the contract.
+  ForwardOptions forward{};
+};
+
+// What the swap to a version does; EngineHooks::on_swap may change it.
+struct EngineSwap {
+  bool drain = true;           // wait for the samples in flight
+  bool drop_prefixes = true;   // flush the prefix cache
+  bool rebind_plan = true;     // bind the decode plan to the new model
+  ForwardOptions forward{};    // the numerics from this version on (in: the current ones)
+};
+
+// The engine's seam for injected faults (faults/ implements it; the engine
+// knows no fault by name). Each default is the engine as it should be.
+class EngineHooks {
+ public:
+  virtual ~EngineHooks() = default;
+  // At the swap to `version` (called before the swap decides to wait).
+  virtual void on_swap(uint64_t /*version*/, EngineSwap& /*swap*/) const {}
+  // Prefix entries are kept for reuse, across versions (never released).
+  virtual bool keeps_prefixes() const { return false; }
+  // A sample may span versions (the engine's internal version checks allow it).
+  virtual bool mixes_versions() const { return false; }
 };
 
 // The prepared execution plan step() computes through (the analogue of a
@@ -108,14 +131,9 @@ struct DerivedObject {
 
 class Engine {
  public:
-  // `faults`: injected engine faults (util/faults.h), each active from the
-  // swap to its version on: stale-plan (the decode plan is not rebound),
-  // stale-prefix-cache (prefix entries are kept for reuse and survive swaps),
-  // sync-mid-generation (a swap does not wait for samples in flight),
-  // foreign-kernel (the GEMM sums K in 4 partial chains), kv-scale-one (an FP8
-  // KV cache written with scale 1.0).
+  // `hooks`: injected faults (faults/hooks.h builds them; null: none).
   Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt = {}, const Exec& exec = {},
-         FaultPlan faults = {});
+         std::shared_ptr<const EngineHooks> hooks = nullptr);
 
   // Validates and queues a request; returns its id (req.id, or the
   // submission index 0, 1, 2, ... when req.id is -1).
@@ -158,8 +176,9 @@ class Engine {
   // The plan, then every prefix entry, then every running sample's KV slot.
   std::vector<DerivedObject> derived_objects() const;
 
-  // Scoring and full logits through the model and Exec step() computes with
-  // (the bound plan's): score_sequences and sequence_logits of model/score.h.
+  // Scoring and full logits through the model, Exec and forward options
+  // step() computes with (the bound plan's): score_sequences and
+  // sequence_logits of model/score.h.
   std::vector<std::vector<float>> score(const std::vector<ScoreRequest>& reqs) const;
   std::vector<float> sequence_logits(const std::vector<int32_t>& tokens) const;
 
@@ -203,7 +222,7 @@ class Engine {
   DecodePlan plan_;
   EngineOptions opt_;
   Exec exec_;
-  FaultPlan faults_;
+  std::shared_ptr<const EngineHooks> hooks_;
   KvCache cache_;
   std::vector<GenerationRequest> requests_;  // by submission index
   std::deque<Seq> waiting_;

@@ -4,14 +4,15 @@
 
 #include <fmt/format.h>
 
-#include "sync/faults.h"
 #include "util/clock.h"
 #include "util/error.h"
 
 namespace mxrl::sync {
 
-namespace {
-}  // namespace
+WeightShipment LoaderHooks::requantize(const ParamTable& params, const PrecisionPlan& plan, uint64_t,
+                                       const Exec& exec) const {
+  return Model(params, plan, exec).ship();
+}
 
 bool SyncReport::passed() const {
   if (!applied) return false;
@@ -56,24 +57,17 @@ bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, cons
   return same;
 }
 
-void apply_bundle(Engine& engine, const Bundle& b, const FaultPlan& faults, const Exec& exec) {
+void apply_bundle(Engine& engine, const Bundle& b, const LoaderHooks* hooks, const Exec& exec) {
   const uint64_t v = b.version;
   // The drain: a sampler with samples in flight must finish them first (the
   // sync-mid-generation fault swaps anyway).
-  if (!engine.idle() && !faults.active(Fault::SyncMidGeneration, v))
+  if (!engine.idle() && (!hooks || hooks->drains(v)))
     fail("sync: the sampler has samples in flight; drain before applying version {}", v);
   const Model& live = engine.model();
   const ModelConfig& cfg = live.config();
   if (b.config != cfg.to_json()) fail("sync: version {} is for another model config", v);
   PrecisionPlan plan = live.plan();
-  auto loader_fault = [&] {
-    for (const Injection& in : faults.injections()) {
-      const FaultSeam seam = fault_info(in.fault).seam;
-      if (v >= in.from_version && (seam == FaultSeam::Loader || seam == FaultSeam::Channel)) return true;
-    }
-    return false;
-  };
-  if (!loader_fault()) {  // the loader as it should be: build the whole version, then swap
+  if (!hooks || !hooks->active(v)) {  // the loader as it should be: build the whole version, then swap
     if (b.mode == SyncMode::Ship)
       engine.stage(bundle_to_shipment(b, cfg), v);
     else
@@ -81,34 +75,13 @@ void apply_bundle(Engine& engine, const Bundle& b, const FaultPlan& faults, cons
     if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", v);
     return;
   }
-  WeightShipment s = b.mode == SyncMode::Ship
-                         ? bundle_to_shipment(b, cfg)
-                         : requantize_shipment(bundle_to_params(b, cfg), plan, faults.active(Fault::RequantFloor, v), exec);
-  inject_loader_faults(s, plan, live, v, faults, exec);
-  if (faults.active(Fault::PartialSync, v)) {
-    // The loader writes in place, tensor by tensor in bundle order; the
-    // transfer breaks after half of them. The engine keeps reporting the old
-    // version, now serving half-new weights.
-    WeightShipment half = live.ship();
-    std::vector<std::string> names;
-    for (const TensorDigest& d : b.manifest)
-      if (names.empty() || names.back() != d.name) names.push_back(d.name);
-    const size_t n = names.size() / 2;
-    for (size_t i = 0; i < n; ++i) {
-      const bool head = names[i] == kTiedLmHeadName;
-      const std::string name = head ? std::string("model.embed_tokens.weight") : names[i];
-      if (s.copies.count(name) && !head) half.copies[name] = s.copies.at(name);
-      // A linear, the tied head, or (requantize) the embedding the tied head is made from.
-      if (s.linears.count(name) && (head || !s.copies.count(name) || b.mode == SyncMode::Requantize))
-        half.linears[name] = s.linears.at(name).payload();
-    }
-    auto m = std::make_shared<const Model>(Model::from_shipment(cfg, plan, half, exec));
-    engine.stage(std::move(m), engine.version());
-    engine.swap_now();
-    fail("sync: version {}: the transfer broke after {} of {} tensors", v, n, names.size());
-  }
+  // The faulty loader: each step is a seam of the hooks.
+  WeightShipment s = b.mode == SyncMode::Ship ? bundle_to_shipment(b, cfg)
+                                              : hooks->requantize(bundle_to_params(b, cfg), plan, v, exec);
+  hooks->edit_shipment(s, plan, live, v, exec);
+  hooks->write_in_place(engine, b, s, plan, v, exec);
   Model next = Model::from_shipment(cfg, plan, s, exec);
-  inject_model_faults(next, live, v, faults, exec);
+  hooks->edit_model(next, live, v, exec);
   engine.stage(std::make_shared<const Model>(std::move(next)), v);
   if (!engine.swap_now()) fail("sync: version {} staged but not swapped in", v);
 }
@@ -117,7 +90,7 @@ std::vector<std::byte> build_bundle_bytes(const Model& learner, const ParamTable
                                           uint64_t version, const SyncSettings& s, const Exec& exec) {
   Bundle bundle = s.mode == SyncMode::Ship ? make_ship_bundle(learner, masters, plan, version, exec)
                                            : make_requantize_bundle(masters, learner.plan(), version);
-  inject_learner_faults(bundle, learner, masters, s.faults, exec);
+  if (s.hooks.learner) s.hooks.learner->edit_bundle(bundle, learner, masters, exec);
   return serialize(bundle);
 }
 
@@ -146,7 +119,7 @@ SyncReport apply_and_check(Engine& engine, uint64_t version, const std::function
   try {
     const std::vector<std::byte> bytes = receive();
     r.bytes = static_cast<int64_t>(bytes.size());
-    apply_bundle(engine, parse_bundle(bytes, fmt::format("bundle v{}", version)), s.faults, exec);
+    apply_bundle(engine, parse_bundle(bytes, fmt::format("bundle v{}", version)), s.hooks.loader.get(), exec);
     r.applied = true;
   } catch (const Error& err) {
     r.error = err.what();
@@ -176,7 +149,7 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   const double build = seconds_since(t0);
   std::shared_ptr<ChunkSender> sender = s.sender ? s.sender : std::make_shared<ChunkSender>();
   auto receive = [&] {
-    std::vector<std::byte> got = pass_through_chunks(*sender, bytes, version, s.faults);
+    std::vector<std::byte> got = pass_through_chunks(*sender, bytes, version, s.hooks.channel.get());
     return channel ? channel(std::move(got)) : got;
   };
   auto reference = [&] {

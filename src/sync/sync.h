@@ -9,7 +9,9 @@
 // A bundle that fails anywhere on the sampler's side leaves the old version
 // serving, whole; the report says so and the atomicity check verifies it.
 // The channel is the seam where transport faults go (and, for the
-// distributed runtime, the MPI transport).
+// distributed runtime, the MPI transport). Faults reach the learner's bundle,
+// the channel and the loader through the hooks below (faults/hooks.h
+// implements them; sync/ knows no fault by name).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +30,45 @@
 
 namespace mxrl::sync {
 
+// The learner's seam: edits the bundle it built (version b.version) before
+// it is serialized. The manifest entries must be those of what is shipped.
+class LearnerHooks {
+ public:
+  virtual ~LearnerHooks() = default;
+  virtual void edit_bundle(Bundle& b, const Model& learner, const ParamTable& masters, const Exec& exec) const = 0;
+};
+
+// The loader's seam (apply_bundle). Each default is the loader as it should be.
+class LoaderHooks {
+ public:
+  virtual ~LoaderHooks() = default;
+  // Whether the loader of `version` is faulty: it then builds the version
+  // through the steps below instead of staging the bundle as it is.
+  virtual bool active(uint64_t version) const = 0;
+  // Whether the loader refuses an engine with samples in flight.
+  virtual bool drains(uint64_t /*version*/) const { return true; }
+  // requantize: the sampler's quantization of the high-precision weights under `plan`.
+  virtual WeightShipment requantize(const ParamTable& params, const PrecisionPlan& plan, uint64_t version,
+                                    const Exec& exec) const;
+  // Edits the shipment about to be written (and the plan it builds under)
+  // against the live model it replaces.
+  virtual void edit_shipment(WeightShipment& /*s*/, PrecisionPlan& /*plan*/, const Model& /*live*/,
+                             uint64_t /*version*/, const Exec& /*exec*/) const {}
+  // May write part of the shipment into the engine in place and throw (a
+  // transfer that breaks half way).
+  virtual void write_in_place(Engine& /*engine*/, const Bundle& /*b*/, const WeightShipment& /*s*/,
+                              const PrecisionPlan& /*plan*/, uint64_t /*version*/, const Exec& /*exec*/) const {}
+  // Edits the model built from the shipment before it is staged.
+  virtual void edit_model(Model& /*next*/, const Model& /*live*/, uint64_t /*version*/, const Exec& /*exec*/) const {}
+};
+
+// The hooks of one sync (null: no fault at that seam).
+struct SyncHooks {
+  std::shared_ptr<const LearnerHooks> learner;
+  std::shared_ptr<ChannelHooks> channel;  // may keep state from sync to sync
+  std::shared_ptr<const LoaderHooks> loader;
+};
+
 struct SyncSettings {
   SyncMode mode = SyncMode::Ship;
   CheckMode checks = CheckMode::Stop;
@@ -36,7 +77,7 @@ struct SyncSettings {
   // The plan the sampler is meant to run: the expectation the checks compare
   // against (unset: the engine's plan at the time of the sync).
   std::optional<PrecisionPlan> sampler_plan;
-  FaultPlan faults;              // injected at the learner's, the channel's and the loader's seams
+  SyncHooks hooks;               // injected faults at the learner's, the channel's and the loader's seams
   // The chunked channel's sender (keeps the last version's chunks); null:
   // one per sync, 1 MiB chunks.
   std::shared_ptr<ChunkSender> sender;
@@ -64,9 +105,9 @@ bool same_numerics(const Model& learner, const PrecisionPlan& sampler_plan, cons
 
 // The sampler's loader: decodes the bundle for the engine's plan and stages
 // it, then swaps it in (the engine must be idle). Throws, leaving the engine
-// as it was, when the bundle does not fit. Loader faults (sync/faults.h) are
-// injected here.
-void apply_bundle(Engine& engine, const Bundle& bundle, const FaultPlan& faults = {}, const Exec& exec = {});
+// as it was, when the bundle does not fit. Loader faults are injected here
+// through `hooks` (null: none).
+void apply_bundle(Engine& engine, const Bundle& bundle, const LoaderHooks* hooks = nullptr, const Exec& exec = {});
 
 // The sync in its two halves, as the MPI runtime runs them in two processes.
 //

@@ -64,6 +64,8 @@ ChunkFrame frame_of(std::span<const std::byte> bundle, uint64_t version, size_t 
   return f;
 }
 
+}  // namespace
+
 size_t chunk_count(size_t bytes, size_t chunk_bytes) {
   if (chunk_bytes == 0 || chunk_bytes > (size_t{1} << 30)) fail("sync: chunk size must be in 1 .. 1 GiB, got {}", chunk_bytes);
   const size_t n = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
@@ -71,6 +73,13 @@ size_t chunk_count(size_t bytes, size_t chunk_bytes) {
   return n;
 }
 
+ChunkFrame chunk_frame(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes, size_t index) {
+  const size_t n = chunk_count(bundle.size(), chunk_bytes);
+  if (index >= n) fail("sync: chunk {} of {}", index, n);
+  return frame_of(bundle, version, chunk_bytes, index, n);
+}
+
+namespace {
 Chunk join(const ChunkFrame& f) {
   Chunk c(kChunkHeaderBytes + f.payload.size());
   std::memcpy(c.data(), f.header.data(), kChunkHeaderBytes);
@@ -88,36 +97,18 @@ std::vector<Chunk> make_chunks(std::span<const std::byte> bundle, uint64_t versi
 
 ChunkSender::ChunkSender(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) { chunk_count(0, chunk_bytes); }
 
-std::vector<ChunkFrame> ChunkSender::frames(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults) {
+std::vector<ChunkFrame> ChunkSender::frames(std::span<const std::byte> bundle, uint64_t version, ChannelHooks* hooks) {
   const size_t n = chunk_count(bundle.size(), chunk_bytes_);
   std::vector<ChunkFrame> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) out.push_back(frame_of(bundle, version, chunk_bytes_, i, n));
-  const size_t k = n / 2;
-  ChunkFrame& f = out[k];
-  if (faults.active(Fault::ChunkCorrupt, version)) {
-    if (f.payload.empty()) fail("fault chunk-corrupt: chunk {} has no payload", k);
-    edited_.assign(f.payload.begin(), f.payload.end());
-    edited_[edited_.size() / 2] ^= std::byte{0x10};
-    f.payload = edited_;
-  }
-  if (faults.active(Fault::ChunkTruncate, version)) f.payload = f.payload.first(f.payload.size() / 2);
-  if (faults.active(Fault::ChunkStale, version)) {
-    if (!have_previous_) fail("fault chunk-stale: no previous version was sent");
-    const size_t pn = chunk_count(previous_.size(), chunk_bytes_);
-    f = frame_of(previous_, previous_version_, chunk_bytes_, std::min(k, pn - 1), pn);
-  }
-  if (faults.injected(Fault::ChunkStale) && !faults.active(Fault::ChunkStale, version)) {
-    previous_.assign(bundle.begin(), bundle.end());  // what the fault will resend from
-    previous_version_ = version;
-    have_previous_ = true;
-  }
+  if (hooks) hooks->edit(out, bundle, version, chunk_bytes_);
   return out;
 }
 
-std::vector<Chunk> ChunkSender::send(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults) {
+std::vector<Chunk> ChunkSender::send(std::span<const std::byte> bundle, uint64_t version, ChannelHooks* hooks) {
   std::vector<Chunk> out;
-  for (const ChunkFrame& f : frames(bundle, version, faults)) out.push_back(join(f));
+  for (const ChunkFrame& f : frames(bundle, version, hooks)) out.push_back(join(f));
   return out;
 }
 
@@ -197,9 +188,9 @@ std::vector<std::byte> Staging::take() {
 }
 
 std::vector<std::byte> pass_through_chunks(ChunkSender& sender, std::span<const std::byte> bundle, uint64_t version,
-                                           const FaultPlan& faults) {
+                                           ChannelHooks* hooks) {
   Staging st(version);
-  for (const Chunk& c : sender.send(bundle, version, faults)) st.accept(c);
+  for (const Chunk& c : sender.send(bundle, version, hooks)) st.accept(c);
   return st.take();
 }
 

@@ -12,11 +12,10 @@
 // mixed version. The in-process channel and the MPI channel both go through
 // this code.
 //
-// The transport faults (util/faults.h, seam "channel") edit the chunk stream
-// on the sending side: chunk-corrupt flips a byte of chunk count/2's
-// payload, chunk-truncate cuts that chunk's payload in half, chunk-stale
-// sends the previous version's chunk in its place. (sampler-killed is the
-// MPI receiver's: see rl/distributed.h.)
+// The transport faults (faults/faults.h, seam "channel") edit the chunk
+// stream on the sending side through ChannelHooks (faults/hooks.h implements
+// them; the transport knows no fault by name). (sampler-killed is the MPI
+// receiver's: see rl/distributed.h.)
 #pragma once
 #include <array>
 #include <cstddef>
@@ -24,8 +23,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include "util/faults.h"
 
 namespace mxrl::sync {
 
@@ -37,6 +34,8 @@ using Chunk = std::vector<std::byte>;
 // Cuts `bundle` (version `version`) into chunks of at most `chunk_bytes`
 // payload (at least one chunk, even for an empty bundle).
 std::vector<Chunk> make_chunks(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes);
+// How many chunks that is (throws on a chunk size outside 1 .. 1 GiB).
+size_t chunk_count(size_t bytes, size_t chunk_bytes);
 
 // A chunk as it goes on the wire: its header, and its payload as a view (of
 // the bundle itself, or of a copy a fault edited): no copy of the bundle.
@@ -45,23 +44,32 @@ struct ChunkFrame {
   std::span<const std::byte> payload;
 };
 
-// The sender: cuts, applies the transport faults active at `version`, and
-// (only while chunk-stale is injected) keeps the last bundle sent, whose
-// chunk that fault resends.
+// Chunk `index` of `bundle` as it goes on the wire (a view of the bundle).
+ChunkFrame chunk_frame(std::span<const std::byte> bundle, uint64_t version, size_t chunk_bytes, size_t index);
+
+// The channel's seam for injected faults: edits the frames of one send
+// before they leave. An edited payload must stay valid until the next call;
+// a hook may keep state from send to send (e.g. the previous bundle).
+class ChannelHooks {
+ public:
+  virtual ~ChannelHooks() = default;
+  virtual void edit(std::vector<ChunkFrame>& frames, std::span<const std::byte> bundle, uint64_t version,
+                    size_t chunk_bytes) = 0;
+};
+
+// The sender: cuts, and lets `hooks` (null: none) edit the frames.
 class ChunkSender {
  public:
   explicit ChunkSender(size_t chunk_bytes = kDefaultChunkBytes);  // at most 1 GiB
-  // Frames view `bundle`: valid while it lives and until the next call.
-  std::vector<ChunkFrame> frames(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults);
+  // Frames view `bundle` (or the hooks' buffers): valid while it lives and
+  // until the next call.
+  std::vector<ChunkFrame> frames(std::span<const std::byte> bundle, uint64_t version, ChannelHooks* hooks = nullptr);
   // The same, each frame joined into one buffer (the in-process channel).
-  std::vector<Chunk> send(std::span<const std::byte> bundle, uint64_t version, const FaultPlan& faults);
+  std::vector<Chunk> send(std::span<const std::byte> bundle, uint64_t version, ChannelHooks* hooks = nullptr);
   size_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
   size_t chunk_bytes_;
-  std::vector<std::byte> edited_, previous_;
-  uint64_t previous_version_ = 0;
-  bool have_previous_ = false;
 };
 
 // The receiver's staging buffer for one version.
@@ -104,6 +112,6 @@ class Staging {
 
 // The in-process channel: send, then stage every chunk, then take.
 std::vector<std::byte> pass_through_chunks(ChunkSender& sender, std::span<const std::byte> bundle, uint64_t version,
-                                           const FaultPlan& faults);
+                                           ChannelHooks* hooks = nullptr);
 
 }  // namespace mxrl::sync

@@ -14,13 +14,6 @@ struct Exec {
   Backend backend = Backend::Auto;
   PairKernel pair_kernel = PairKernel::Auto;  // BF16 and MX weights on AVX-512 (kernels/gemm.h)
   PhaseTimes* times = nullptr;   // when set, quantization and GEMM time is added here
-  // > 1: linears use another engine's GEMM reduction order (gemm_split_k with
-  // this many partial sums) instead of the contract: a foreign-kernel sampler.
-  int gemm_split_k = 0;
-  // An FP8 KV cache written with a static scale of 1.0 instead of each
-  // token's amax / 448 (what an engine does when calibrated KV scales are
-  // missing): the kv-scale-one fault.
-  bool kv_unit_scale = false;
 };
 
 // The one dispatch idiom: a kernel family is a table of function pointers per

@@ -1,10 +1,29 @@
-// The fault plan: weight-sync failures injected where the real bug would live
-// (docs/reference.md §6). One plan is handed to every seam that can fail — the learner's
-// bundle builder, the transport channel, the sampler's loader, the engine's
-// caches and kernels — and each seam asks it whether a fault is active for the
-// version it is handling. A fault never edits a check's inputs or the manifest
-// the checks compare against: it makes the sampler hold or compute what the
-// real bug would make it hold or compute.
+// The fault catalogue and the fault plan: weight-sync failures injected where
+// the real bug would live (docs/reference.md §6). A fault never edits a check's inputs or
+// the manifest the checks compare against: it makes the sampler hold or
+// compute what the real bug would make it hold or compute.
+//
+// faults/ is the one home of the faults. The code that can fail knows no
+// fault by name; it takes a small hooks interface (null: no fault), and
+// faults/hooks.h implements them all from a FaultPlan:
+//   learner  sync::LearnerHooks  (sync/sync.h)       the bundle the learner built
+//   channel  sync::ChannelHooks  (sync/transport.h)  the chunk frames as sent
+//   loader   sync::LoaderHooks   (sync/sync.h)       requantize, the shipment, in-place
+//                                                    writes, the model built
+//   engine   EngineHooks         (sampler/engine.h)  the swap (drain, prefix cache,
+//                                                    decode plan, forward options)
+// rl/ builds the hooks from RlConfig::inject (make_fault_hooks) and hands them
+// to the sync and the engine; experiments/fault_matrix runs every fault. Two
+// faults also act in rl/, which sits above faults/ and reads the plan itself:
+// sampler-killed (the MPI sampler process, rl/distributed.cc) and
+// sync-mid-generation's early rollout (rl/grpo.cc).
+//
+// Adding a fault touches about three files: the catalogue (its enum value
+// here, its row in faults.cc's table: name, condition, seam, what it needs,
+// what goes wrong), its implementation at its seam in hooks.cc (with a
+// refusal in check_faults_apply if it cannot apply everywhere), and its
+// expected check and finding in rl/faults_test.cc. Only a fault at a seam no
+// hook reaches yet also adds a virtual to that seam's interface.
 //
 // A fault is named on the command line as NAME or NAME@STEP: active for every
 // sync of version >= STEP (default 1: the first sync after the start), i.e.

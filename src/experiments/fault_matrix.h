@@ -1,4 +1,4 @@
-// The fault matrix (`mxrl faults`): every sync fault of util/faults.h on
+// The fault matrix (`mxrl faults`): every sync fault of faults/faults.h on
 // short GRPO runs from SFT warm starts, dense and MoE, each run twice:
 //   checks on (warn): which checks fire, at which version relative to the
 //     injection (the first opportunity is the sync of the injection step);
@@ -16,10 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "faults/faults.h"
 #include "util/exec.h"
-#include "util/faults.h"
 
-namespace mxrl::rl {
+namespace mxrl::exp {
 
 struct FaultMatrixConfig {
   std::string dense_model, moe_model;  // warm-start checkpoints ("" skips that preset)
@@ -77,4 +77,4 @@ std::string write_router_fp32_plan(const std::string& dir);
 // faults.json and faults.md into dir (atomically).
 void write_fault_matrix(const FaultMatrix& m, const std::string& dir);
 
-}  // namespace mxrl::rl
+}  // namespace mxrl::exp

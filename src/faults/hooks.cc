@@ -1,4 +1,4 @@
-#include "sync/faults.h"
+#include "faults/hooks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,7 +14,10 @@
 #include "numerics/mx.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
+
+using sync::Bundle;
+using sync::SyncMode;
 
 namespace {
 
@@ -131,8 +134,59 @@ void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const P
   }
 }
 
-void inject_learner_faults(Bundle& b, const Model& learner, const ParamTable& masters, const FaultPlan& faults,
-                           const Exec& exec) {
+FaultHooks::FaultHooks(FaultPlan plan) : plan_(std::move(plan)) {}
+
+FaultSeams make_fault_hooks(const FaultPlan& plan) {
+  if (plan.empty()) return {};
+  auto h = std::make_shared<FaultHooks>(plan);
+  return {h, {h, h, h}};
+}
+
+// ---- engine ----
+
+void FaultHooks::on_swap(uint64_t v, EngineSwap& swap) const {
+  if (plan_.active(Fault::SyncMidGeneration, v)) swap.drain = false;         // swap under samples in flight
+  if (plan_.active(Fault::StalePrefixCache, v)) swap.drop_prefixes = false;  // the prefix cache is not flushed
+  if (plan_.active(Fault::StalePlan, v)) swap.rebind_plan = false;  // the old plan (and weights) stay bound
+  if (plan_.active(Fault::ForeignKernel, v)) swap.forward.gemm_split_k = 4;
+  if (plan_.active(Fault::KvScaleOne, v)) swap.forward.kv_unit_scale = true;
+}
+
+bool FaultHooks::keeps_prefixes() const { return plan_.injected(Fault::StalePrefixCache); }
+
+bool FaultHooks::mixes_versions() const {
+  return plan_.injected(Fault::SyncMidGeneration) || plan_.injected(Fault::StalePrefixCache);
+}
+
+// ---- channel ----
+
+void FaultHooks::edit(std::vector<sync::ChunkFrame>& frames, std::span<const std::byte> bundle, uint64_t version,
+                      size_t chunk_bytes) {
+  const size_t k = frames.size() / 2;
+  sync::ChunkFrame& f = frames[k];
+  if (plan_.active(Fault::ChunkCorrupt, version)) {
+    if (f.payload.empty()) fail("fault chunk-corrupt: chunk {} has no payload", k);
+    edited_.assign(f.payload.begin(), f.payload.end());
+    edited_[edited_.size() / 2] ^= std::byte{0x10};
+    f.payload = edited_;
+  }
+  if (plan_.active(Fault::ChunkTruncate, version)) f.payload = f.payload.first(f.payload.size() / 2);
+  if (plan_.active(Fault::ChunkStale, version)) {
+    if (!have_previous_) fail("fault chunk-stale: no previous version was sent");
+    const size_t pn = sync::chunk_count(previous_.size(), chunk_bytes);
+    f = sync::chunk_frame(previous_, previous_version_, chunk_bytes, std::min(k, pn - 1));
+  }
+  if (plan_.injected(Fault::ChunkStale) && !plan_.active(Fault::ChunkStale, version)) {
+    previous_.assign(bundle.begin(), bundle.end());  // what the fault will resend from
+    previous_version_ = version;
+    have_previous_ = true;
+  }
+}
+
+// ---- learner ----
+
+void FaultHooks::edit_bundle(Bundle& b, const Model& learner, const ParamTable& masters, const Exec& exec) const {
+  const FaultPlan& faults = plan_;
   const uint64_t v = b.version;
   if (faults.active(Fault::ColBlocks, v)) {
     // The learner's wgrad copy of W: 32x1 blocks along N (columns), same code and scale counts.
@@ -164,9 +218,21 @@ void inject_learner_faults(Bundle& b, const Model& learner, const ParamTable& ma
   }
 }
 
-WeightShipment requantize_shipment(const ParamTable& params, const PrecisionPlan& plan, bool floor_fault,
-                                   const Exec& exec) {
-  if (!floor_fault) return Model(params, plan, exec).ship();
+// ---- loader ----
+
+bool FaultHooks::active(uint64_t v) const {
+  for (const Injection& in : plan_.injections()) {
+    const FaultSeam seam = fault_info(in.fault).seam;
+    if (v >= in.from_version && (seam == FaultSeam::Loader || seam == FaultSeam::Channel)) return true;
+  }
+  return false;
+}
+
+bool FaultHooks::drains(uint64_t v) const { return !plan_.active(Fault::SyncMidGeneration, v); }
+
+WeightShipment FaultHooks::requantize(const ParamTable& params, const PrecisionPlan& plan, uint64_t v,
+                                      const Exec& exec) const {
+  if (!plan_.active(Fault::RequantFloor, v)) return Model(params, plan, exec).ship();
   PrecisionPlan floor = plan;
   auto to_floor = [](LinearPrecision& p) {
     if (precision_traits(p.precision).wformat == WFormat::MX) p.rule = ScaleRule::Floor;
@@ -186,9 +252,9 @@ WeightShipment requantize_shipment(const ParamTable& params, const PrecisionPlan
   return s;
 }
 
-void inject_loader_faults(WeightShipment& s, PrecisionPlan& plan, const Model& live, uint64_t v,
-                          const FaultPlan& faults, const Exec& exec) {
-  auto on = [&](Fault f) { return faults.active(f, v); };
+void FaultHooks::edit_shipment(WeightShipment& s, PrecisionPlan& plan, const Model& live, uint64_t v,
+                               const Exec& exec) const {
+  auto on = [&](Fault f) { return plan_.active(f, v); };
   const ModelConfig& cfg = live.config();
   const WeightShipment old = live.ship();
   auto keep_old = [&](const std::string& name) {
@@ -245,8 +311,34 @@ void inject_loader_faults(WeightShipment& s, PrecisionPlan& plan, const Model& l
   if (on(Fault::KvFp8)) plan.fp8_kv_cache = true;
 }
 
-void inject_model_faults(Model& next, const Model& live, uint64_t v, const FaultPlan& faults, const Exec& exec) {
-  if (!faults.active(Fault::StalePacked, v)) return;
+void FaultHooks::write_in_place(Engine& engine, const Bundle& b, const WeightShipment& s, const PrecisionPlan& plan,
+                                uint64_t v, const Exec& exec) const {
+  if (!plan_.active(Fault::PartialSync, v)) return;
+  // The loader writes in place, tensor by tensor in bundle order; the
+  // transfer breaks after half of them. The engine keeps reporting the old
+  // version, now serving half-new weights.
+  const Model& live = engine.model();
+  WeightShipment half = live.ship();
+  std::vector<std::string> names;
+  for (const TensorDigest& d : b.manifest)
+    if (names.empty() || names.back() != d.name) names.push_back(d.name);
+  const size_t n = names.size() / 2;
+  for (size_t i = 0; i < n; ++i) {
+    const bool head = names[i] == kTiedLmHeadName;
+    const std::string name = head ? std::string("model.embed_tokens.weight") : names[i];
+    if (s.copies.count(name) && !head) half.copies[name] = s.copies.at(name);
+    // A linear, the tied head, or (requantize) the embedding the tied head is made from.
+    if (s.linears.count(name) && (head || !s.copies.count(name) || b.mode == SyncMode::Requantize))
+      half.linears[name] = s.linears.at(name).payload();
+  }
+  auto m = std::make_shared<const Model>(Model::from_shipment(live.config(), plan, half, exec));
+  engine.stage(std::move(m), engine.version());
+  engine.swap_now();
+  fail("sync: version {}: the transfer broke after {} of {} tensors", v, n, names.size());
+}
+
+void FaultHooks::edit_model(Model& next, const Model& live, uint64_t v, const Exec& exec) const {
+  if (!plan_.active(Fault::StalePacked, v)) return;
   const std::string name = fault_target(live, "down_proj");
   PreparedLinear* L = next.find_linear(name);
   const PreparedLinear* old = live.find_linear(name);
@@ -254,4 +346,4 @@ void inject_model_faults(Model& next, const Model& live, uint64_t v, const Fault
   L->packed = PackedWeight::pack(old->view(), exec);  // the old version's packing, kept
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -1,4 +1,4 @@
-#include "util/faults.h"
+#include "faults/faults.h"
 
 #include <algorithm>
 #include <charconv>

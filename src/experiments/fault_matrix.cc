@@ -1,4 +1,4 @@
-#include "rl/fault_matrix.h"
+#include "experiments/fault_matrix.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,14 +6,14 @@
 
 #include <fmt/format.h>
 
+#include "faults/hooks.h"
 #include "model/checkpoint.h"
 #include "rl/grpo.h"
 #include "sync/checks.h"
-#include "sync/faults.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl::exp {
 
 namespace {
 using json = nlohmann::json;
@@ -26,10 +26,10 @@ double mean(const std::vector<double>& v) {
 }
 double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
-RunTrace run_one(const std::string& model, RlConfig cfg, int64_t inject_step, const Exec& exec) {
+RunTrace run_one(const std::string& model, rl::RlConfig cfg, int64_t inject_step, const Exec& exec) {
   RunTrace t;
-  RlEvents ev;
-  ev.on_step = [&](const RlStepStats& s) {
+  rl::RlEvents ev;
+  ev.on_step = [&](const rl::RlStepStats& s) {
     const double kl = s.mismatch.value("kl_mean", 0.0), dl = s.mismatch.value("abs_dlogp_max", 0.0);
     if (!std::isfinite(s.reward_mean) || !std::isfinite(kl) || !std::isfinite(dl) || !std::isfinite(s.grad_norm))
       t.nan = true;
@@ -47,10 +47,10 @@ RunTrace run_one(const std::string& model, RlConfig cfg, int64_t inject_step, co
       }
   };
   try {
-    RlRun run = RlRun::start(model, cfg, exec);
+    rl::RlRun run = rl::RlRun::start(model, cfg, exec);
     // start() made the first sync already (version 0): it is clean by construction.
     while (run.step() < cfg.steps) {
-      const RlStepStats s = run.step_once(ev);
+      const rl::RlStepStats s = run.step_once(ev);
       ev.on_step(s);
     }
   } catch (const std::exception& e) {
@@ -168,7 +168,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
                                     : p.recipe + "+fp8kv";
     std::map<std::pair<sync::SyncMode, bool>, RunTrace> clean;
     auto base = [&](sync::SyncMode mode, bool fp8kv) {
-      RlConfig c;
+      rl::RlConfig c;
       c.task = mc.task;
       c.seed = mc.seed;
       c.steps = mc.steps;
@@ -195,7 +195,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
       FaultPlan fp;
       fp.add(f.fault, static_cast<uint64_t>(mc.inject_step));
       try {
-        sync::check_faults_apply(fp, mcfg, plan, f.needs_fp8_kv ? PrecisionPlan::resolve(kv_plan) : plan, mode);
+        check_faults_apply(fp, mcfg, plan, f.needs_fp8_kv ? PrecisionPlan::resolve(kv_plan) : plan, mode);
       } catch (const Error& e) {
         row.applicable = false;
         row.skipped = e.what();
@@ -213,11 +213,11 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
                c.first_fired.begin()->second, c.first_finding.begin()->second);
       }
       const RunTrace& c = clean[key];
-      RlConfig on = base(mode, f.needs_fp8_kv);
+      rl::RlConfig on = base(mode, f.needs_fp8_kv);
       on.inject = fp.specs();
       if (progress) progress(fmt::format("{}: {} (checks on)", p.name, f.name));
       const RunTrace warn = run_one(p.model, on, mc.inject_step, exec);
-      RlConfig off = on;
+      rl::RlConfig off = on;
       off.checks = sync::CheckMode::Off;
       if (progress) progress(fmt::format("{}: {} (checks off)", p.name, f.name));
       const RunTrace quiet = run_one(p.model, off, mc.inject_step, exec);
@@ -262,4 +262,4 @@ void write_fault_matrix(const FaultMatrix& m, const std::string& dir) {
   write_file_atomic((std::filesystem::path(dir) / "faults.md").string(), m.to_markdown());
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl::exp
