@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/errors.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
@@ -224,12 +225,7 @@ TEST(TokenizerJson, MissingByteWithoutUnkIsAnError) {
 
 // ---- malformed files --------------------------------------------------------
 std::string error_of(const std::string& text) {
-  try {
-    Tokenizer::from_json(text, "bad/tokenizer.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of([&] { Tokenizer::from_json(text, "bad/tokenizer.json"); });
 }
 
 std::string error_of(const char* text) { return error_of(std::string(text)); }
