@@ -3,14 +3,17 @@
 # (scripts/python.sh: pip install . into build-py/venv), then the unit tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
 # target replaying the malformed-file corpus and fuzzing for a few seconds).
+# Every build here treats warnings as errors (MXRL_WERROR: gcc for the Release
+# build and the Python module, which reuses its build folder; clang for the
+# sanitizer build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+MXRL_WERROR=ON bash scripts/build.sh
 jobs=$(nproc)
 ctest --test-dir build --output-on-failure -j"$jobs"
 bash scripts/python.sh
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON >/dev/null
+  -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON -DMXRL_WERROR=ON >/dev/null
 cmake --build build-san -j"$jobs"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs" -LE nosan

@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "cli/cli_test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
+#include "testing/cli.h"
 
 #include <cmath>
 #include <cstdio>
@@ -19,9 +19,9 @@
 #include <sstream>
 
 #include "io/mx_file.h"
+#include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/score.h"
-#include "io/safetensors.h"
 #include "numerics/mx.h"
 
 namespace mxrl {

@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "cli/cli_test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
+#include "testing/cli.h"
 
 #include <algorithm>
 #include <filesystem>

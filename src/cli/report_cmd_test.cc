@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_test_util.h"
+#include "testing/cli.h"
 
 namespace mxrl {
 namespace {

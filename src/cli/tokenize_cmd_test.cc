@@ -2,10 +2,10 @@
 // naming the line, --help.
 #include <gtest/gtest.h>
 
-#include "cli/cli_test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
+#include "testing/cli.h"
 
 #include <algorithm>
 #include <filesystem>

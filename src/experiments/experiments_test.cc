@@ -8,8 +8,8 @@
 
 #include "experiments/matching.h"
 #include "experiments/train_sweep.h"
-#include "model/test_models.h"
-#include "rl/test_models_dir.h"
+#include "testing/model_dir.h"
+#include "testing/small_config.h"
 
 namespace mxrl::exp {
 namespace {

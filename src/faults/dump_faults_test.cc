@@ -12,7 +12,7 @@
 
 #include "faults/hooks.h"
 #include "model/init.h"
-#include "model/test_models.h"
+#include "testing/small_config.h"
 #include "sync/engine_dump.h"
 #include "sync/sync.h"
 #include "util/error.h"

@@ -12,12 +12,15 @@
 #include <set>
 #include <sstream>
 
+#include "testing/errors.h"
+#include "testing/files.h"
 #include "util/error.h"
 
 namespace mxrl::st {
 namespace {
 
 namespace fs = std::filesystem;
+using test::slurp;
 
 constexpr const char* kLabel = "model.safetensors";
 
@@ -40,12 +43,7 @@ std::vector<std::byte> bytes_of(std::string_view s) {
 
 // The error File::parse reports for `bytes`, or "" if it parses.
 std::string parse_error(const std::vector<std::byte>& bytes) {
-  try {
-    File::parse(bytes, kLabel);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { File::parse(bytes, kLabel); });
 }
 
 // Parsing fails with one message "model.safetensors: ..." containing `phrase`.
@@ -57,25 +55,10 @@ void expect_error(const std::vector<std::byte>& bytes, std::string_view phrase) 
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A fresh temporary directory per test.
-class SafetensorsFiles : public ::testing::Test {
+class SafetensorsFiles : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "mxrl_st_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const char* name) const { return (dir_ / name).string(); }
   bool dir_empty() const { return fs::is_empty(dir_); }
-  fs::path dir_;
 };
 
 // ------------------------------------------------------------ dtypes
@@ -264,14 +247,7 @@ TEST(Safetensors, LookupAndMove) {
 }
 
 TEST_F(SafetensorsFiles, OpenErrors) {
-  auto open_error = [](const std::string& path) -> std::string {
-    try {
-      File::open(path);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
+  auto open_error = [](const std::string& path) { return test::error_of([&] { File::open(path); }); };
   EXPECT_EQ(open_error(file("missing")), file("missing") + ": cannot open: No such file or directory");
   EXPECT_EQ(open_error(dir_.string()), dir_.string() + ": not a regular file");
   std::ofstream(file("empty")).close();

@@ -25,11 +25,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <utility>
 
+#include "kernels/aligned_scratch.h"
 #include "kernels/gemm.h"
 #include "numerics/formats.h"
 #include "numerics/mx.h"
@@ -80,33 +79,13 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-// Per-thread buffers: X pairs in tile order, one panel decoded over all of K,
-// and one block of C (aligned_alloc, no std::vector, as gemm_avx512.cc).
+// Per-thread buffers: X pairs in tile order, one panel decoded over all of K
+// (kernels/aligned_scratch.h), and one block of C.
 struct AmxScratch {
-  uint32_t* xp = nullptr;
-  uint32_t* wb = nullptr;
-  size_t xp_words = 0, wb_words = 0;
+  AlignedScratch<uint32_t> xp;
+  AlignedScratch<uint32_t> wb;
   alignas(64) float c[2 * kTileRows * kPanel];
   alignas(64) uint32_t bstep[kStepPairs * kPanel];  // one K step of a panel (few rows)
-  AmxScratch() = default;
-  AmxScratch(const AmxScratch&) = delete;
-  AmxScratch& operator=(const AmxScratch&) = delete;
-  ~AmxScratch() {
-    std::free(xp);
-    std::free(wb);
-  }
-  static uint32_t* grow(uint32_t*& buf, size_t& have, size_t words) {
-    if (words > have) {
-      std::free(buf);
-      have = (words + 15) / 16 * 16;
-      buf = static_cast<uint32_t*>(std::aligned_alloc(64, have * sizeof(uint32_t)));
-      if (!buf) {
-        have = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return buf;
-  }
 };
 
 // Rows [m0, m0 + rows) of X as BF16 pairs: the A tile of row tile t and K
@@ -197,10 +176,10 @@ void amx_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, in
   const int64_t K = w.k(), N = w.n(), rows = m1 - m0;
   const int64_t steps = (K + 2 * kStepPairs - 1) / (2 * kStepPairs), kpairs = (K + 1) / 2;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
-  uint32_t* xp = AmxScratch::grow(sc.xp, sc.xp_words, static_cast<size_t>(tiles * steps * kTileWords));
+  uint32_t* xp = sc.xp.get(static_cast<size_t>(tiles * steps * kTileWords));
   uint32_t* wb = nullptr;
   if (tiles > 2) {
-    wb = AmxScratch::grow(sc.wb, sc.wb_words, static_cast<size_t>(steps * kStepPairs * kPanel));
+    wb = sc.wb.get(static_cast<size_t>(steps * kStepPairs * kPanel));
     // Pairs past K (the pad to a whole step) are zeros; the decode never writes them.
     std::memset(wb + kpairs * kPanel, 0, static_cast<size_t>(steps * kStepPairs - kpairs) * kPanel * sizeof(uint32_t));
   }

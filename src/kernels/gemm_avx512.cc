@@ -14,12 +14,11 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <new>
 #include <utility>
 
 #include <cmath>
 
+#include "kernels/aligned_scratch.h"
 #include "kernels/gemm.h"
 #include "numerics/formats.h"
 #include "numerics/mx.h"
@@ -182,34 +181,10 @@ constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int,
 }
 constexpr auto kTiles = tile_table(std::make_integer_sequence<int, kMr>{});
 
-// Per-thread buffers of the blocked path: packed X rows and one decoded panel
-// slice. (No std::vector here: its inline members compiled with AVX-512 flags
-// could be picked by the linker for the scalar build's callers.)
+// Per-thread buffers of the blocked path: packed X rows and one decoded panel slice.
 struct Scratch {
-  float* xp = nullptr;
-  size_t xp_floats = 0;
-  float* wb = static_cast<float*>(std::aligned_alloc(64, kKc * kPanel * sizeof(float)));
-  Scratch() {
-    if (!wb) throw std::bad_alloc();
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() {
-    std::free(xp);
-    std::free(wb);
-  }
-  float* x_buffer(size_t floats) {
-    if (floats > xp_floats) {
-      std::free(xp);
-      xp_floats = (floats + 15) / 16 * 16;
-      xp = static_cast<float*>(std::aligned_alloc(64, xp_floats * sizeof(float)));
-      if (!xp) {
-        xp_floats = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return xp;
-  }
+  AlignedScratch<float> x;
+  AlignedScratch<float> wb{kKc * kPanel};
 };
 Scratch& thread_scratch() {
   static thread_local Scratch s;
@@ -222,7 +197,8 @@ void blocked(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_
   Scratch& scratch = thread_scratch();
   const int64_t esize = S == Src::F32 ? 4 : S == Src::BF16 ? 2 : 1;  // bytes per packed element
   const int64_t K = w.k(), N = w.n(), rows = m1 - m0, tiles = (rows + kMr - 1) / kMr;
-  float* xp = scratch.x_buffer(static_cast<size_t>(tiles * kMr * kXs));
+  float* xp = scratch.x.get(static_cast<size_t>(tiles * kMr * kXs));
+  float* const wb = scratch.wb.data();
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t k1 = std::min(K, k0 + kKc), kc = k1 - k0;
     pack_x(x, K, m0, rows, k0, kc, xp);
@@ -232,13 +208,13 @@ void blocked(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_
         b = static_cast<const float*>(w.panel_data(p)) + k0 * kPanel;
       } else if constexpr (is_fast(S)) {
         if (w.panel_fast(p))
-          decode_panel<S>(w, p, k0, k1, scratch.wb, c);
+          decode_panel<S>(w, p, k0, k1, wb, c);
         else
-          decode_panel<Src::Generic>(w, p, k0, k1, scratch.wb, c);
-        b = scratch.wb;
+          decode_panel<Src::Generic>(w, p, k0, k1, wb, c);
+        b = wb;
       } else {
-        decode_panel<S>(w, p, k0, k1, scratch.wb, c);
-        b = scratch.wb;
+        decode_panel<S>(w, p, k0, k1, wb, c);
+        b = wb;
       }
       const int64_t cols = N - p * kPanel;
       const __mmask16 mk0 = lane_mask(cols), mk1 = lane_mask(cols - 16);

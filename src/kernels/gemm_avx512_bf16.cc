@@ -7,10 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <utility>
 
+#include "kernels/aligned_scratch.h"
 #include "kernels/gemm.h"
 #include "numerics/formats.h"
 #include "numerics/mx.h"

@@ -14,7 +14,7 @@
 //     becomes a BF16 subnormal that the product treats as zero, as the
 //     contract's DAZ says.
 // Include only inside an AVX-512 region, after gemm_avx512_common.h, with a
-// Mac policy type defined.
+// Mac policy type defined (and kernels/aligned_scratch.h included before the region).
 #pragma once
 
 namespace mxrl::detail {
@@ -191,33 +191,10 @@ constexpr std::array<PairTileFn<Mac>, sizeof...(R)> pair_tile_table(std::integer
   return {pair_tile<Mac, R + 1>...};
 }
 
-// Per-thread buffers: X pairs and one decoded panel slice (aligned_alloc, no
-// std::vector, as gemm_avx512.cc).
+// Per-thread buffers: X pairs and one decoded panel slice (kernels/aligned_scratch.h).
 struct PairScratch {
-  uint32_t* xp = nullptr;
-  size_t xp_words = 0;
-  uint32_t* wb = static_cast<uint32_t*>(std::aligned_alloc(64, kKc / 2 * kPanel * sizeof(uint32_t)));
-  PairScratch() {
-    if (!wb) throw std::bad_alloc();
-  }
-  PairScratch(const PairScratch&) = delete;
-  PairScratch& operator=(const PairScratch&) = delete;
-  ~PairScratch() {
-    std::free(xp);
-    std::free(wb);
-  }
-  uint32_t* x_buffer(size_t words) {
-    if (words > xp_words) {
-      std::free(xp);
-      xp_words = (words + 15) / 16 * 16;
-      xp = static_cast<uint32_t*>(std::aligned_alloc(64, xp_words * sizeof(uint32_t)));
-      if (!xp) {
-        xp_words = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return xp;
-  }
+  AlignedScratch<uint32_t> x;
+  AlignedScratch<uint32_t> wb{kKc / 2 * kPanel};
 };
 
 template <class Mac, Src S>
@@ -227,7 +204,7 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
   const int64_t K = w.k(), N = w.n(), rows = m1 - m0;
   if (rows <= kDirectRows) {
     const int64_t K2 = (K + 1) / 2;
-    uint32_t* xq = scratch.x_buffer(static_cast<size_t>(rows * K2));
+    uint32_t* xq = scratch.x.get(static_cast<size_t>(rows * K2));
     for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K, K, xq + r * K2);
     float* yr = y + m0 * N;
     switch (rows) {
@@ -242,15 +219,16 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
   }
   const int64_t esize = S == Src::BF16 ? 2 : 1;
   const int64_t tiles = (rows + kMr - 1) / kMr;
-  uint32_t* xp = scratch.x_buffer(static_cast<size_t>(tiles * kMr * kXs2));
+  uint32_t* xp = scratch.x.get(static_cast<size_t>(tiles * kMr * kXs2));
+  uint32_t* const wb = scratch.wb.data();
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t k1 = std::min(K, k0 + kKc), kc = k1 - k0, kp = (kc + 1) / 2;
     for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K + k0, kc, xp + r * kXs2);
     for (int64_t p = p0; p < p1; ++p) {
       if (is_fast(S) && !w.panel_fast(p))
-        decode_panel_pairs<Src::Generic>(w, p, k0, k1, scratch.wb, c);
+        decode_panel_pairs<Src::Generic>(w, p, k0, k1, wb, c);
       else
-        decode_panel_pairs<S>(w, p, k0, k1, scratch.wb, c);
+        decode_panel_pairs<S>(w, p, k0, k1, wb, c);
       const int64_t cols = N - p * kPanel;
       const __mmask16 mk0 = lane_mask(cols), mk1 = lane_mask(cols - 16);
       const char* next = p + 1 < p1 ? static_cast<const char*>(w.panel_data(p + 1)) + k0 * kPanel * esize : nullptr;
@@ -260,7 +238,7 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
         if (next)
           for (int64_t l = t * per_tile; l < std::min(lines, (t + 1) * per_tile); ++l)
             _mm_prefetch(next + l * 64, _MM_HINT_T1);
-        kTilesP[r - 1](kp, xp + t * kMr * kXs2, scratch.wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1,
+        kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1,
                        k0 == 0, k1 == K);
       }
     }

@@ -3,6 +3,7 @@
 // class: NaN, the overflow and underflow limits, subnormal results). Include
 // only inside an MXRL_BEGIN_AVX512 region, after <immintrin.h>.
 #pragma once
+#include "kernels/math.h"
 
 namespace mxrl::detail {
 namespace {

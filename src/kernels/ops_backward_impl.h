@@ -3,8 +3,9 @@
 // reference) and ops_avx512.cc (hardware FMA; without it every fmaf is a
 // libm call). They call the forward's own attention_probs_impl,
 // logsumexp_impl and softmax_impl, so recomputed probabilities are the
-// forward's bit for bit. Include only after ops_impl.h, from those two files.
+// forward's bit for bit. Include only from those two files.
 #pragma once
+#include "kernels/ops_impl.h"
 
 namespace mxrl::detail {
 namespace {

@@ -1,6 +1,6 @@
 // Whole-model gradient check: the learner's FP32 loss and analytic gradients
 // (plan "fp32", one micro-batch) against a double-precision reference written
-// from the model's definition (reference_model_test_util.h) and its central
+// from the model's definition (testing/reference_model.h) and its central
 // finite differences, on a sample of coordinates of every parameter tensor of
 // small dense and MoE models, with and without the MoE load-balancing loss.
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "learner/learner.h"
-#include "learner/reference_model_test_util.h"
 #include "model/init.h"
-#include "model/test_models.h"
+#include "testing/reference_model.h"
+#include "testing/small_config.h"
 
 namespace mxrl {
 namespace {

@@ -19,7 +19,7 @@
 #include "model/forward.h"
 #include "model/init.h"
 #include "model/score.h"
-#include "model/test_models.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

@@ -5,25 +5,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "learner/linear_grad.h"
 
 #include "kernels/gemm.h"
 #include "numerics/formats.h"
+#include "testing/random.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
 namespace {
 
-std::vector<float> randn(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 // a[rows, cols] on the grid: dequant(quant(a)) with blocks along `axis`.
 std::vector<float> on_grid(const std::vector<float>& a, int64_t rows, int64_t cols, const LinearPrecision& p,

@@ -14,7 +14,9 @@
 #include "io/safetensors.h"
 #include "learner/optimizer.h"
 #include "model/checkpoint.h"
-#include "model/test_models.h"
+#include "testing/errors.h"
+#include "testing/files.h"
+#include "testing/small_config.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -22,6 +24,10 @@
 
 namespace mxrl {
 namespace {
+
+using test::entries;
+using test::error_of;
+using test::slurp;
 
 namespace fs = std::filesystem;
 
@@ -67,26 +73,9 @@ TrainState make_state(bool moe, uint32_t seed) {
   return s;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void spit(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f << text;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 // Records the files' XXH3 as they are now in DIR/trainer_state.json, as a
@@ -114,21 +103,8 @@ void expect_same(const TrainState& a, const TrainState& b) {
   EXPECT_EQ(a.tokenizer_config_json, b.tokenizer_config_json);
 }
 
-class TrainStateTest : public ::testing::Test {
+class TrainStateTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "mxrl_train_state_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  std::vector<std::string> entries(const fs::path& dir) const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
   // Every file of a directory with its bytes.
   std::map<std::string, std::string> snapshot(const fs::path& dir) const {
     std::map<std::string, std::string> out;
@@ -136,7 +112,7 @@ class TrainStateTest : public ::testing::Test {
     return out;
   }
 
-  fs::path root_;
+  const fs::path& root_ = dir_;
 };
 
 TEST_F(TrainStateTest, RoundTripIsBitwise) {
@@ -396,7 +372,7 @@ TEST_F(TrainStateTest, FailedSaveLeavesTheOldDirectoryIntact) {
   fs::remove(root_ / "file");
   intact("bad destinations");
 
-  EXPECT_NE(error_of([&] { write_dir_atomic("/", [](const std::string&) {}); }), "<no error>");
+  EXPECT_NE(error_of([&] { write_dir_atomic("/", [](const std::string&) {}); }), "");
   expect_same(s, load_train_state(dir.string()));
 }
 

@@ -24,8 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-const LinearPrecision kMxfp8{Precision::MXFP8, ElemType::E4M3, ScaleRule::RCeil};
-
 bool is_mxfp8_e4m3(const LinearPrecision& p) { return p.precision == Precision::MXFP8 && p.elem == ElemType::E4M3; }
 
 // What compressed-tensors' MXFP8 preset scheme (quant_scheme.py MXFP8) says, as

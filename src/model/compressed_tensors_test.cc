@@ -15,12 +15,16 @@
 #include "model/digest.h"
 #include "model/init.h"
 #include "model/score.h"
-#include "model/test_models.h"
 #include "sync/bundle.h"
+#include "testing/errors.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl {
 namespace {
+
+using test::error_of;
+
 namespace fs = std::filesystem;
 
 std::string tmp(const std::string& name) {
@@ -34,15 +38,6 @@ ParamTable params(bool moe) {
 }
 
 std::vector<ScoreRequest> requests() { return {{{1, 5, 9, 13, 2, 7, 40, 41}, 2}, {{3, 4, 40, 41, 90}, 1}}; }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(CompressedTensors, ExportedModelLoadsBackToTheOnGridSamplerBitForBit) {
   for (bool moe : {false, true}) {

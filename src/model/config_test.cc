@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "testing/errors.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -16,12 +17,7 @@ nlohmann::json moe_json() {
 }
 
 std::string error_of(const nlohmann::json& j) {
-  try {
-    ModelConfig::from_json(j, "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { ModelConfig::from_json(j, "cfg.json"); });
 }
 
 TEST(Config, ParsesMoeAndDecidesLayersLikeTransformers) {

@@ -3,7 +3,7 @@
 // quantization of the compute copy, tied lm_head, and the findings
 // compare_digests reports for coverage, placement and dtype faults.
 #include "model/digest.h"
-#include "model/test_models.h"
+#include "testing/small_config.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>

@@ -14,10 +14,10 @@
 
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/init.h"
 #include "model/forward.h"
-#include "model/test_models.h"
+#include "model/init.h"
 #include "model/score.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "testing/errors.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -52,12 +53,7 @@ class PlanToml : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove(path_); }
   std::string error_of(const std::string& text) {
-    try {
-      PrecisionPlan::load_toml(write(text));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return test::error_of([&] { PrecisionPlan::load_toml(write(text)); });
   }
   std::string path_;
 };

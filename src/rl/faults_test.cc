@@ -13,9 +13,9 @@
 #include "faults/faults.h"
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "model/test_models.h"
-#include "rl/test_models_dir.h"
 #include "rl/grpo.h"
+#include "testing/model_dir.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl::rl {

@@ -10,7 +10,6 @@ namespace mxrl::rl {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Finds `s` among names(values[i]) or throws "<what> 'x' is unknown (accepted: a, b)".
 template <typename E, size_t N>

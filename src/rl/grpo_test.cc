@@ -10,9 +10,9 @@
 
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "model/test_models.h"
-#include "rl/test_models_dir.h"
 #include "rl/grpo.h"
+#include "testing/model_dir.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

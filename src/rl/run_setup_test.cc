@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "model/test_models.h"
-#include "rl/test_models_dir.h"
+#include "testing/small_config.h"
+#include "testing/model_dir.h"
 #include "util/error.h"
 
 namespace mxrl::rl {

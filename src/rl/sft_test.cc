@@ -8,15 +8,17 @@
 
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "model/test_models.h"
-#include "rl/test_models_dir.h"
 #include "rl/sft.h"
+#include "testing/files.h"
+#include "testing/model_dir.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl::rl {
 namespace {
 namespace fs = std::filesystem;
 
+using test::slurp;
 using testing::char_tokenizer;
 
 // A small model with the character tokenizer, saved as a checkpoint directory.
@@ -24,13 +26,6 @@ std::string make_model_dir(const std::string& name, int layers = 2) {
   ModelConfig c = small_test_config(false);
   c.num_hidden_layers = layers;
   return testing::make_model_dir("sft_test_" + name, c);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 TEST(Sft, SequencesTargetTheAnswerAndTheEndToken) {

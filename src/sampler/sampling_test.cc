@@ -6,11 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <set>
 #include <vector>
 
 #include "kernels/ops.h"
+#include "testing/random.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -243,17 +243,9 @@ TEST(SampleToken, GreedyPicksArgmaxLowestIdOnTies) {
   EXPECT_EQ(bits(token_logprob(logits.data(), 5, 0.0f, 3, scratch)), bits(gather(logits, 3)));
 }
 
-std::vector<float> random_logits(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
 TEST(SampleToken, TemperatureOneLogprobIsBitwiseTheScorerValue) {
   std::vector<float> scratch;
-  const auto logits = random_logits(1000, 5, 4.0f);
+  const auto logits = test::randn(1000, 5, 4.0f);
   for (int i = 0; i < 200; ++i) {
     const SamplingParams p = params(1.0f, i % 3 == 0 ? 0.9f : 1.0f, i % 4 == 0 ? 20 : 0);
     const Sampled s = sample_token(logits.data(), 1000, p, sample_uniform(1, 0, 0, uint64_t(i)), scratch);
@@ -265,7 +257,7 @@ TEST(SampleToken, TemperatureOneLogprobIsBitwiseTheScorerValue) {
 TEST(SampleToken, LogprobAtTemperatureIsLogSoftmaxOfDividedLogits) {
   std::vector<float> scratch;
   const int64_t n = 777;
-  const auto logits = random_logits(n, 9, 3.0f);
+  const auto logits = test::randn(n, 9, 3.0f);
   for (const float t : {0.7f, 1.3f, 0.05f}) {
     std::vector<float> x(logits);
     for (auto& v : x) v = v / t;  // the same division
@@ -346,7 +338,7 @@ TEST(SampleToken, AgreesWithTheReferenceSemantics) {
   for (uint32_t seed = 0; seed < 6; ++seed) {
     const int64_t n = seed < 3 ? 64 : 3000;
     // Wide spreads make weights underflow to 0; rounding to halves makes ties.
-    auto logits = random_logits(n, 100 + seed, seed % 3 == 0 ? 2.0f : (seed % 3 == 1 ? 300.0f : 8.0f));
+    auto logits = test::randn(n, 100 + seed, seed % 3 == 0 ? 2.0f : (seed % 3 == 1 ? 300.0f : 8.0f));
     if (seed % 2) {
       for (auto& v : logits) v = std::round(v * 2.0f) / 2.0f;
     }
@@ -366,7 +358,7 @@ TEST(SampleToken, AgreesWithTheReferenceSemantics) {
 TEST(SampleToken, QwenSizedVocabulary) {
   const int64_t n = 151936;
   std::vector<float> scratch;
-  auto logits = random_logits(n, 42, 2.5f);
+  auto logits = test::randn(n, 42, 2.5f);
   logits[123456] = 14.0f;  // a peaked distribution, as an LM's
   logits[77] = 12.5f;
   const SamplingParams ps[] = {params(1.0f), params(0.7f), params(1.0f, 0.9f), params(1.0f, 1.0f, 50),
@@ -383,7 +375,7 @@ TEST(SampleToken, QwenSizedVocabulary) {
     }
   }
   // Flat random logits: most of the vocabulary is needed for top_p = 0.9.
-  const auto flat = random_logits(n, 43, 0.5f);
+  const auto flat = test::randn(n, 43, 0.5f);
   for (int i = 0; i < 4; ++i) {
     const double u = sample_uniform(6, 0, uint64_t(i), 0);
     const SamplingParams p = params(1.0f, 0.9f);

@@ -19,11 +19,14 @@
 
 #include "io/safetensors.h"
 #include "model/init.h"
-#include "model/test_models.h"
+#include "testing/errors.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl::sync {
 namespace {
+
+using test::error_of;
 
 using nlohmann::json;
 
@@ -34,17 +37,6 @@ ParamTable make_params(bool moe, uint64_t seed = 11) {
 }
 
 PrecisionPlan plan(const std::string& name) { return PrecisionPlan::named(name); }
-
-// The message of the mxrl::Error f throws ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Expects f to throw one line starting with `prefix` and containing every one of `parts`.
 template <typename F>

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "model/init.h"
-#include "model/test_models.h"
 #include "sync/sync.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl::sync {

@@ -14,9 +14,10 @@
 
 #include "io/safetensors.h"
 #include "model/init.h"
-#include "model/test_models.h"
 #include "sync/engine_dump.h"
 #include "sync/sync.h"
+#include "testing/errors.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl::sync {
@@ -167,12 +168,7 @@ TEST(EngineDump, TheVllmLayoutIsFusedAsVllmHoldsIt) {
 TEST(EngineDump, MalformedDumpsGiveOneLineNamingTheFile) {
   const ModelConfig c = config(false);
   auto error_of = [&](const std::string& path, Naming n) {
-    try {
-      read_dump_manifest(path, c, plan(false), n);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return test::error_of([&] { read_dump_manifest(path, c, plan(false), n); });
   };
   const std::string junk = tmp("junk.safetensors");
   std::ofstream(junk) << "not a safetensors file at all";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tasks/random.h"
+#include "testing/errors.h"
 #include "util/error.h"
 
 namespace mxrl::tasks {
@@ -47,12 +48,7 @@ class DatasetTest : public ::testing::Test {
 };
 
 std::string parse_error(const std::string& text) {
-  try {
-    JsonlTask::parse(text, "data.jsonl");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { JsonlTask::parse(text, "data.jsonl"); });
 }
 
 // Prompts "<stem>0", "<stem>1", ... whose split by hash is `split`.

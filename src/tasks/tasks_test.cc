@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/errors.h"
 #include "util/error.h"
 
 namespace mxrl::tasks {
@@ -34,12 +35,7 @@ const std::vector<std::string> kSpecs = {"addition",
                                          "countdown:count=6,max=100"};
 
 std::string error_of(const std::string& spec) {
-  try {
-    make_task(spec);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { make_task(spec); });
 }
 
 // ---- independent arithmetic for checking answers --------------------------

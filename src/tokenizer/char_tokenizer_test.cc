@@ -4,24 +4,18 @@
 
 #include <random>
 
+#include "testing/errors.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace mxrl::tok {
 namespace {
 
+using test::error_of;
+
 constexpr std::string_view kCharset =
     "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 const std::vector<std::string> kSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(CharTokenizer, OneTokenPerCharacter) {
   const Tokenizer t = make_char_tokenizer(kCharset, kSpecials);

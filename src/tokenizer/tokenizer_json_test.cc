@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/errors.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
@@ -79,6 +80,7 @@ struct Case {
 };
 
 // Generated with `tokenizers` 0.23.3 (encode(text, add_special_tokens=False)).
+// clang-format off
 const std::map<std::string, std::string> kConfigs = {
     {"qwenlike", R"json({"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]}, "added_tokens": [{"content": "<|end|>", "special": true}, {"content": "<think>"}]})json"},
     {"gpt2", R"json({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}})json"},
@@ -175,6 +177,7 @@ const std::vector<Case> kCases = {
     {"ignore_merges", "helloworld", {268}},
     {"ignore_merges", "hello", {259}},
 };
+// clang-format on
 
 TEST(TokenizerJson, MatchesHuggingFaceOnEachFeature) {
   std::map<std::string, Tokenizer> tokenizers;
@@ -224,12 +227,7 @@ TEST(TokenizerJson, MissingByteWithoutUnkIsAnError) {
 
 // ---- malformed files --------------------------------------------------------
 std::string error_of(const std::string& text) {
-  try {
-    Tokenizer::from_json(text, "bad/tokenizer.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of([&] { Tokenizer::from_json(text, "bad/tokenizer.json"); });
 }
 
 std::string error_of(const char* text) { return error_of(std::string(text)); }

@@ -11,40 +11,19 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "testing/files.h"
 #include "util/error.h"
 
 namespace mxrl {
 namespace {
 
 namespace fs = std::filesystem;
+using test::slurp;
 
-class AtomicFileTest : public ::testing::Test {
+class AtomicFileTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "mxrl_atomic_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string file(const char* name) const { return (dir_ / name).string(); }
-
   // Every entry of the test directory, by name.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  static std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
-  fs::path dir_;
+  std::vector<std::string> entries() const { return test::entries(dir_); }
 };
 
 TEST_F(AtomicFileTest, CommittedFileHasTheContent) {

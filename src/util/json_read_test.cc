@@ -3,22 +3,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "testing/errors.h"
 #include "util/error.h"
 
 namespace mxrl::jsonr {
 namespace {
 
-using nlohmann::json;
+using test::error_of;
 
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using nlohmann::json;
 
 TEST(JsonRead, IntegerRefusesFloatsBoolsStringsAndOutOfRange) {
   EXPECT_EQ(integer(json::parse("7"), 0, 10, "f:1: \"x\""), 7);

@@ -8,9 +8,11 @@
 #pragma once
 
 #if defined(__clang__)
-// (_Pragma takes exactly one string literal.)
+// (_Pragma takes exactly one string literal: clang-format must not split it.)
+// clang-format off
 #define MXRL_BEGIN_AVX512 \
   _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,fma\"))), apply_to = function)")
+// clang-format on
 #define MXRL_END_AVX512 _Pragma("clang attribute pop")
 #elif defined(__GNUC__)
 #define MXRL_BEGIN_AVX512 \

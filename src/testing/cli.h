@@ -7,11 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "testing/files.h"
 
 namespace mxrl::testing_cli {
 
@@ -20,12 +21,7 @@ struct CmdResult {
   std::string out, err;
 };
 
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
 // Runs `mxrl ARGS` with `input` on stdin, capturing stdout and stderr in files under dir.
 inline CmdResult run_mxrl(const std::filesystem::path& dir, const std::string& args, const std::string& input = "") {
