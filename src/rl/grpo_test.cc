@@ -15,6 +15,7 @@
 #include "testing/small_config.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "testing/errors.h"
 
 namespace mxrl::rl {
 namespace {
@@ -291,16 +292,6 @@ TEST(Grpo, SettingsRoundTripAndAreReadStrictly) {
   EXPECT_THROW(RlConfig::from_json(bad), Error);
 }
 
-template <typename F>
-std::string error_text(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 // The "rl" settings of a training state saved by mxrl before the settings
 // tables (commit c7e12d7, `mxrl rl --steps 1 --task addition:digits=1
 // --prompts-per-step 2 --samples-per-prompt 2 --max-new-tokens 3
@@ -323,13 +314,13 @@ TEST(Grpo, SettingsOfSavedStatesReadAndWriteAsBefore) {
   // Every key is needed, none unknown; errors are one line naming the key.
   nlohmann::json bad = saved;
   bad["optim"]["lrr"] = 1;
-  EXPECT_EQ(error_text([&] { RlConfig::from_json(bad); }), "RL settings: unknown key 'optim.lrr'");
+  EXPECT_EQ(test::error_of([&] { RlConfig::from_json(bad); }), "RL settings: unknown key 'optim.lrr'");
   bad = saved;
   bad["recipe"].erase("floor");
-  EXPECT_EQ(error_text([&] { RlConfig::from_json(bad); }), "RL settings: missing \"recipe.floor\"");
+  EXPECT_EQ(test::error_of([&] { RlConfig::from_json(bad); }), "RL settings: missing \"recipe.floor\"");
   bad = saved;
   bad["steps"] = 0;
-  EXPECT_EQ(error_text([&] { RlConfig::from_json(bad); }), "RL settings: steps must be >= 1, got 0");
+  EXPECT_EQ(test::error_of([&] { RlConfig::from_json(bad); }), "RL settings: steps must be >= 1, got 0");
 }
 
 TEST(Grpo, EverySettingHasOneFlagAndTheBoundsValidateChecks) {
@@ -342,10 +333,10 @@ TEST(Grpo, EverySettingHasOneFlagAndTheBoundsValidateChecks) {
   EXPECT_FALSE(flags.count("eps") || flags.count("total-steps"));  // set by the run, not options
   RlConfig c;
   c.temperature = 0;
-  EXPECT_EQ(error_text([&] { c.validate(); }), "RL settings: temperature must be > 0, got 0");
+  EXPECT_EQ(test::error_of([&] { c.validate(); }), "RL settings: temperature must be > 0, got 0");
   c = RlConfig();
   c.learner.micro_batch_tokens = 0;
-  EXPECT_EQ(error_text([&] { c.validate(); }), "RL settings: micro_batch_tokens must be >= 1, got 0");
+  EXPECT_EQ(test::error_of([&] { c.validate(); }), "RL settings: micro_batch_tokens must be >= 1, got 0");
 }
 
 // 1e-3, the optimizer's default, wrecks an SFT warm start within 3-10 GRPO

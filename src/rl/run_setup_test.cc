@@ -11,20 +11,12 @@
 #include "testing/small_config.h"
 #include "testing/model_dir.h"
 #include "util/error.h"
+#include "testing/errors.h"
 
 namespace mxrl::rl {
 namespace {
+using test::error_of;
 namespace fs = std::filesystem;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 TEST(RunSetup, TheTaskComesFromDataAndANewRunNeedsAModel) {
   RunSpec s;

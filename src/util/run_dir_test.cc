@@ -11,9 +11,11 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "testing/errors.h"
 
 namespace mxrl {
 namespace {
+using test::error_of;
 
 namespace fs = std::filesystem;
 
@@ -34,14 +36,6 @@ class RunDirTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
   std::string path(const std::string& p) const { return (root_ / p).string(); }
-  static std::string error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
   fs::path root_;
 };
 

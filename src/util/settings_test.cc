@@ -8,21 +8,13 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "testing/errors.h"
 
 namespace mxrl::settings {
 namespace {
+using test::error_of;
 
 using nlohmann::json;
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 enum class Color { Red, Green };
 const char* color_name(Color c) { return c == Color::Red ? "red" : "green"; }
@@ -119,7 +111,7 @@ TEST(Settings, BoundsAreOneLineEach) {
     mutate(t);
     return error_of([&] { check_bounds(toy_fields(), t, "toy settings"); });
   };
-  EXPECT_EQ(err([](Toy&) {}), "<no error>");
+  EXPECT_EQ(err([](Toy&) {}), "");
   EXPECT_EQ(err([](Toy& t) { t.steps = 0; }), "toy settings: steps must be >= 1, got 0");
   EXPECT_EQ(err([](Toy& t) { t.temp = 0; }), "toy settings: temp must be > 0, got 0");
   EXPECT_EQ(err([](Toy& t) { t.temp = NAN; }), "toy settings: temp must be a finite number, got nan");
