@@ -1,4 +1,4 @@
-// libFuzzer target for engine weight dumps (src/sync/engine_dump.cc): the
+// libFuzzer target for engine weight dumps (src/interop/engine_dump.cc): the
 // input is a dump file of the small model fuzz/dump_model.json (one MoE and
 // one dense layer), read in both namings and verified against zero masters
 // under mxfp8. Every input must be read (or fail with mxrl::Error, one line
@@ -15,7 +15,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"
-#include "sync/engine_dump.h"
+#include "interop/engine_dump.h"
 #include "util/error.h"
 
 namespace {

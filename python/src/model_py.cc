@@ -19,7 +19,7 @@
 
 #include "arrays.h"
 #include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "interop/compressed_tensors.h"
 #include "model/digest.h"
 #include "model/score.h"
 #include "py_model.h"

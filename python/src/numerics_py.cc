@@ -14,7 +14,7 @@
 #include <variant>
 
 #include "arrays.h"
-#include "io/mx_file.h"
+#include "interop/mx_file.h"
 #include "numerics/fp8_grid.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"

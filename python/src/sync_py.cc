@@ -14,7 +14,7 @@
 #include "py_model.h"
 #include "sync/bundle.h"
 #include "sync/checks.h"
-#include "sync/engine_dump.h"
+#include "interop/engine_dump.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::py {

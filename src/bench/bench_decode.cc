@@ -37,7 +37,7 @@
 #include "bench/bench.h"
 #include "util/progress.h"
 #include "tokenizer/tokenizer.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/init.h"
 #include "model/forward.h"
 #include "util/clock.h"

@@ -24,7 +24,7 @@
 #include "bench/bench_util.h"
 #include "bench/bench.h"
 #include "util/progress.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
 

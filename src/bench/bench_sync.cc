@@ -21,7 +21,7 @@
 #include "bench/bench.h"
 #include "model/init.h"
 #include "model/model.h"
-#include "sync/mpi_channel.h"
+#include "dist/mpi_channel.h"
 #include "sync/sync.h"
 #include "tokenizer/tokenizer.h"
 #include "util/clock.h"

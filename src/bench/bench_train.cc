@@ -8,7 +8,7 @@
 
 #include "bench/bench.h"
 #include "experiments/train_sweep.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/init.h"
 #include "util/thread_pool.h"
 

@@ -18,7 +18,7 @@
 #include <regex>
 #include <sstream>
 
-#include "io/mx_file.h"
+#include "interop/mx_file.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/score.h"

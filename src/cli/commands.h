@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/settings_cli.h"
-#include "kernels/gemm.h"  // pair_kernel_from_name, for --kernels
+#include "kernels/gemm/gemm.h"  // pair_kernel_from_name, for --kernels
 
 namespace mxrl::cli {
 
@@ -32,7 +32,7 @@ inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {
 
 // --kernels {auto,fma,dot,amx}: how GEMMs with BF16 and MX weights run, the
 // Exec::pair_kernel of the command's work (pair_kernel_from_name in
-// kernels/gemm.h: an error where the machine lacks the one asked for). amx is
+// kernels/gemm/gemm.h: an error where the machine lacks the one asked for). amx is
 // batch-invariant but not the reference's pair chain: only when asked for.
 inline CLI::Option* add_kernels_option(CLI::App* cmd, std::string* kernels) {
   return cmd->add_option("--kernels", *kernels,

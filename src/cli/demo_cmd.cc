@@ -15,7 +15,7 @@
 #include "cli/settings_cli.h"
 #include "cli/sft_cli.h"
 #include "model/init.h"
-#include "rl/warm_start.h"
+#include "train/warm_start.h"
 #include "tasks/tasks.h"
 #include "util/thread_pool.h"
 

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "interop/compressed_tensors.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

@@ -14,7 +14,7 @@
 #include "util/progress.h"
 #include "experiments/fault_matrix.h"
 #include "faults/faults.h"
-#include "rl/warm_start.h"
+#include "train/warm_start.h"
 #include "util/thread_pool.h"
 
 namespace mxrl::cli {

@@ -28,7 +28,7 @@
 #include "cli/commands.h"
 #include "util/progress.h"
 #include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "interop/compressed_tensors.h"
 #include "sampler/generate.h"
 #include "sampler/prompts.h"
 #include "tokenizer/tokenizer.h"

@@ -6,9 +6,9 @@
 
 #include "cli/commands.h"
 #include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "interop/compressed_tensors.h"
 #include "model/init.h"
-#include "rl/warm_start.h"
+#include "train/warm_start.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "cli/commands.h"
-#include "io/mx_file.h"
+#include "interop/mx_file.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/thread_pool.h"

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "rl/grpo.h"
+#include "train/grpo.h"
 
 namespace mxrl::cli {
 

@@ -8,7 +8,7 @@
 #include "util/progress.h"
 #include "cli/rl_cli.h"
 #include "cli/settings_cli.h"
-#include "rl/distributed.h"
+#include "dist/distributed.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"

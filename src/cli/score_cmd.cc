@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "interop/compressed_tensors.h"
 #include "model/score.h"
 #include "util/atomic_file.h"
 #include "util/clock.h"

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "rl/sft.h"
+#include "train/sft.h"
 
 namespace mxrl::cli {
 

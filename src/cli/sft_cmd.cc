@@ -10,7 +10,7 @@
 #include "cli/settings_cli.h"
 #include "util/progress.h"
 #include "cli/sft_cli.h"
-#include "rl/run_setup.h"
+#include "train/run_setup.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"

@@ -1,7 +1,7 @@
 // mxrl sync export / inspect: weight-sync bundles (sync/bundle.h) written
 // from a checkpoint as a learner would, and verified and listed.
 // mxrl sync dump: the sampler's weights after one real sync (optionally with
-// a condition 1-4 fault injected), dumped as an engine would (sync/engine_dump.h).
+// a condition 1-4 fault injected), dumped as an engine would (interop/engine_dump.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "sync/bundle.h"
-#include "sync/engine_dump.h"
+#include "interop/engine_dump.h"
 #include "sync/sync.h"
 #include "util/error.h"
 #include "util/thread_pool.h"

@@ -1,5 +1,5 @@
 // mxrl verify-sync: conditions 1-4 of a weight sync (docs/reference.md §6) checked on
-// another engine's weights, as that engine dumped them (sync/engine_dump.h),
+// another engine's weights, as that engine dumped them (interop/engine_dump.h),
 // against what the learner's checkpoint under its recipe says they must be.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
-#include "sync/engine_dump.h"
+#include "interop/engine_dump.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

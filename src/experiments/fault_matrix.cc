@@ -8,7 +8,7 @@
 
 #include "faults/hooks.h"
 #include "model/checkpoint.h"
-#include "rl/grpo.h"
+#include "train/grpo.h"
 #include "sync/checks.h"
 #include "util/atomic_file.h"
 #include "util/error.h"

@@ -12,7 +12,7 @@
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "model/score.h"
-#include "rl/sft.h"
+#include "train/sft.h"
 #include "sampler/engine.h"
 #include "sampler/sampling.h"
 #include "sync/bundle.h"

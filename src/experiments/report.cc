@@ -18,7 +18,7 @@
 #include "experiments/rl_kl.h"
 #include "experiments/train_sweep.h"
 #include "model/init.h"
-#include "rl/warm_start.h"
+#include "train/warm_start.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/clock.h"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "rl/grpo.h"
+#include "train/grpo.h"
 
 namespace mxrl::exp {
 

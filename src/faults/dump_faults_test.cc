@@ -1,4 +1,4 @@
-// A dump of the sampler after a faulted sync (sync/engine_dump.h) fails under
+// A dump of the sampler after a faulted sync (interop/engine_dump.h) fails under
 // exactly the condition the fault breaks, in mxrl's and vLLM's layouts, and
 // the in-process checks of the same sync agree.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "faults/hooks.h"
 #include "model/init.h"
 #include "testing/small_config.h"
-#include "sync/engine_dump.h"
+#include "interop/engine_dump.h"
 #include "sync/sync.h"
 #include "util/error.h"
 

@@ -15,14 +15,14 @@
 // rl/ builds the hooks from RlConfig::inject (make_fault_hooks) and hands them
 // to the sync and the engine; experiments/fault_matrix runs every fault. Two
 // faults also act in rl/, which sits above faults/ and reads the plan itself:
-// sampler-killed (the MPI sampler process, rl/distributed.cc) and
-// sync-mid-generation's early rollout (rl/grpo.cc).
+// sampler-killed (the MPI sampler process, dist/distributed.cc) and
+// sync-mid-generation's early rollout (train/grpo.cc).
 //
 // Adding a fault touches about three files: the catalogue (its enum value
 // here, its row in faults.cc's table: name, condition, seam, what it needs,
 // what goes wrong), its implementation at its seam in hooks.cc (with a
 // refusal in check_faults_apply if it cannot apply everywhere), and its
-// expected check and finding in rl/faults_test.cc. Only a fault at a seam no
+// expected check and finding in train/faults_test.cc. Only a fault at a seam no
 // hook reaches yet also adds a virtual to that seam's interface.
 //
 // A fault is named on the command line as NAME or NAME@STEP: active for every

@@ -1,5 +1,5 @@
 // The catalogue, the plan and the hooks at their seams, without a training
-// run (rl/faults_test.cc runs every fault through GRPO and the checks): the
+// run (train/faults_test.cc runs every fault through GRPO and the checks): the
 // plan parses and refuses bad specs, an empty plan makes no hooks, each seam's
 // hook does what its fault says and only from its version on, and the
 // transport faults are refused by the staging buffer.

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/digest.h"
 #include "model/precision.h"
 #include "numerics/bf16.h"

@@ -5,8 +5,8 @@
 #include <initializer_list>
 #include <optional>
 
-#include "kernels/ops.h"
-#include "kernels/ops_backward.h"
+#include "kernels/ops/ops.h"
+#include "kernels/ops/ops_backward.h"
 #include "learner/linear_grad.h"
 #include "util/error.h"
 #include "util/thread_pool.h"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/forward.h"
 
 namespace mxrl {

@@ -5,8 +5,8 @@
 #include <optional>
 #include <cmath>
 
-#include "kernels/ops.h"
-#include "kernels/ops_backward.h"
+#include "kernels/ops/ops.h"
+#include "kernels/ops/ops_backward.h"
 #include "model/forward.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "io/safetensors.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "model/digest.h"

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/transpose.h"
+#include "kernels/transpose/transpose.h"
 #include "model/precision.h"
 #include "numerics/bf16.h"
 #include "numerics/formats.h"

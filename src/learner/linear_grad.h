@@ -17,7 +17,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/plan.h"
 
 namespace mxrl {

@@ -8,7 +8,7 @@
 
 #include "learner/linear_grad.h"
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "numerics/formats.h"
 #include "testing/random.h"
 #include "util/error.h"

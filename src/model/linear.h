@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/plan.h"
 
 namespace mxrl {
@@ -19,7 +19,7 @@ namespace mxrl {
 // How a forward pass departs from the contract, as another engine would: the
 // sampler's own options (EngineOptions::forward, sampler/engine.h); {}
 // everywhere else. gemm_split_k > 1: the linears sum K in that many partial
-// chains (gemm_split_k of kernels/gemm.h) instead of the contract's order.
+// chains (gemm_split_k of kernels/gemm/gemm.h) instead of the contract's order.
 // kv_unit_scale: an FP8 KV cache is written with a static scale of 1.0
 // instead of each token's amax / 448 (calibrated KV scales missing).
 struct ForwardOptions {

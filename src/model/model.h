@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 #include "model/linear.h"
 #include "model/params.h"
 #include "model/plan.h"

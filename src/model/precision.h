@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "model/plan.h"
 
 namespace mxrl {

@@ -1,6 +1,6 @@
 #include "model/score.h"
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 #include "model/forward.h"
 #include "util/error.h"
 

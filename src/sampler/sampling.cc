@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 #include "numerics/rng.h"
 #include "util/error.h"
 

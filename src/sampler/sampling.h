@@ -4,7 +4,7 @@
 // a pure function of (seed, request, sample, step), so a sample's tokens never
 // depend on batch composition, scheduling or thread count.
 //
-// Log-probs are computed by the canonical kernels (kernels/ops.h,
+// Log-probs are computed by the canonical kernels (kernels/ops/ops.h,
 // log_softmax_gather), so at temperature 1 the value equals, bit for bit, what
 // `mxrl score` computes from the same logits.
 //

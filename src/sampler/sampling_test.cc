@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 #include "testing/random.h"
 #include "util/error.h"
 

@@ -15,7 +15,7 @@
 // The transport faults (faults/faults.h, seam "channel") edit the chunk
 // stream on the sending side through ChannelHooks (faults/hooks.h implements
 // them; the transport knows no fault by name). (sampler-killed is the MPI
-// receiver's: see rl/distributed.h.)
+// receiver's: see dist/distributed.h.)
 #pragma once
 #include <array>
 #include <cstddef>

@@ -5,7 +5,7 @@
 namespace mxrl {
 
 enum class Backend { Auto, Scalar, Avx512 };
-// How the AVX-512 backend computes GEMMs with BF16 and MX weights (kernels/gemm.h):
+// How the AVX-512 backend computes GEMMs with BF16 and MX weights (kernels/gemm/gemm.h):
 // Auto (VDPBF16PS where it passes its self-test, else FMA), Dot, Fma, or Amx
 // (AMX tiles: batch-invariant but not the reference pair chain; only when asked for).
 enum class PairKernel { Auto, Dot, Fma, Amx };

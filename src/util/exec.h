@@ -12,7 +12,7 @@ struct PhaseTimes;
 struct Exec {
   ThreadPool* pool = nullptr;    // null: the calling thread only
   Backend backend = Backend::Auto;
-  PairKernel pair_kernel = PairKernel::Auto;  // BF16 and MX weights on AVX-512 (kernels/gemm.h)
+  PairKernel pair_kernel = PairKernel::Auto;  // BF16 and MX weights on AVX-512 (kernels/gemm/gemm.h)
   PhaseTimes* times = nullptr;   // when set, quantization and GEMM time is added here
 };
 

@@ -37,7 +37,7 @@
 
 // The same with AMX-TILE + AMX-BF16 (TDPBF16PS on tile registers): code that
 // runs only after request_amx() (util/cpu.h) said yes and the caller asked
-// for the AMX pair kernel (kernels/gemm.h).
+// for the AMX pair kernel (kernels/gemm/gemm.h).
 #if defined(__clang__)
 // clang-format off
 #define MXRL_BEGIN_AMX _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,fma,amx-tile,amx-bf16\"))), apply_to = function)")
