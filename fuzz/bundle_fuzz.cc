@@ -28,12 +28,12 @@ bool small(const mxrl::ModelConfig& c) {
          c.q_dim() <= 4096 && c.kv_dim() <= 4096;
 }
 
-void decode(const mxrl::sync::Bundle& b) {
+void decode(const mxrl::Bundle& b) {
   const mxrl::ModelConfig cfg = mxrl::ModelConfig::from_json(b.config, "config");
   if (!small(cfg)) return;
   try {
-    if (b.mode == mxrl::sync::SyncMode::Ship) mxrl::sync::bundle_to_shipment(b, cfg);
-    else mxrl::sync::bundle_to_params(b, cfg);
+    if (b.mode == mxrl::SyncMode::Ship) mxrl::bundle_to_shipment(b, cfg);
+    else mxrl::bundle_to_params(b, cfg);
   } catch (const mxrl::Error&) {
   }
 }
@@ -42,18 +42,18 @@ void decode(const mxrl::sync::Bundle& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
-  mxrl::sync::Bundle b;
+  mxrl::Bundle b;
   try {
-    b = mxrl::sync::parse_bundle(bytes, "bundle");
+    b = mxrl::parse_bundle(bytes, "bundle");
   } catch (const mxrl::Error& e) {
     const std::string m = e.what();
     check(m.rfind("bundle: ", 0) == 0 && m.find('\n') == std::string::npos);
     return 0;
   }
-  const std::vector<std::byte> out = mxrl::sync::serialize(b);
-  const mxrl::sync::Bundle again = mxrl::sync::parse_bundle(out, "again");
+  const std::vector<std::byte> out = mxrl::serialize(b);
+  const mxrl::Bundle again = mxrl::parse_bundle(out, "again");
   check(again.manifest == b.manifest && again.payload == b.payload && again.version == b.version);
-  check(mxrl::sync::serialize(again) == out);
+  check(mxrl::serialize(again) == out);
   decode(b);
   return 0;
 }

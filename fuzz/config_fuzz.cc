@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   mxrl::ModelConfig c;
   try {
-    c = mxrl::ModelConfig::from_json(mxrl::jsonr::parse(text, "config.json"), "config.json");
+    c = mxrl::ModelConfig::from_json(mxrl::json_parse(text, "config.json"), "config.json");
   } catch (const mxrl::Error& e) {
     const std::string m = e.what();
     if (m.rfind("config.json: ", 0) != 0 || m.find('\n') != std::string::npos) std::abort();

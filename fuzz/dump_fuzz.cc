@@ -40,10 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(out != nullptr);
   check(std::fwrite(data, 1, size, out) == size);
   check(std::fclose(out) == 0);
-  for (const mxrl::sync::Naming n : {mxrl::sync::Naming::Vllm, mxrl::sync::Naming::Mxrl}) {
+  for (const mxrl::Naming n : {mxrl::Naming::Vllm, mxrl::Naming::Mxrl}) {
     try {
-      mxrl::sync::read_dump_manifest(f.path, f.cfg, f.plan, n);
-      mxrl::sync::verify_dump(f.masters, f.plan, f.path, n);
+      mxrl::read_dump_manifest(f.path, f.cfg, f.plan, n);
+      mxrl::verify_dump(f.masters, f.plan, f.path, n);
     } catch (const mxrl::Error& e) {
       const std::string m = e.what();
       check(m.find('\n') == std::string::npos && !m.empty());

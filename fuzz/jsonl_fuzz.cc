@@ -21,9 +21,6 @@
 
 namespace {
 
-using mxrl::tasks::JsonlTask;
-using mxrl::tasks::Problem;
-using mxrl::tasks::Split;
 
 void check(bool ok) {
   if (!ok) std::abort();
@@ -59,18 +56,18 @@ void fuzz_dataset(std::string_view text) {
 void fuzz_spec(std::string_view text) {
   const std::string spec(text.substr(0, std::min(text.find('\n'), text.size())));
   if (spec.starts_with("jsonl")) return;  // would read files
-  std::unique_ptr<mxrl::tasks::Task> t;
+  std::unique_ptr<mxrl::Task> t;
   try {
-    t = mxrl::tasks::make_task(spec);
+    t = mxrl::make_task(spec);
   } catch (const mxrl::Error&) {
     return;
   }
-  check(mxrl::tasks::make_task(t->name())->name() == t->name());
+  check(mxrl::make_task(t->name())->name() == t->name());
   for (Split split : {Split::Train, Split::Eval}) {
     try {
       const Problem p = t->generate(split, 0, 0);
       check(t->verify(p, p.answer));
-      for (char c : p.prompt + p.answer) check(mxrl::tasks::kTaskCharset.find(c) != std::string_view::npos);
+      for (char c : p.prompt + p.answer) check(mxrl::kTaskCharset.find(c) != std::string_view::npos);
     } catch (const mxrl::Error&) {
       // A problem space too small to have this split.
     }
@@ -78,7 +75,7 @@ void fuzz_spec(std::string_view text) {
 }
 
 void fuzz_countdown(std::string_view text) {
-  static const auto t = mxrl::tasks::make_task("countdown");
+  static const auto t = mxrl::make_task("countdown");
   const Problem p{"reach 24 with 3 4 6 2:", "(6-3)*4*2"};
   (void)t->verify(p, text);
 }

@@ -19,7 +19,7 @@ void check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   try {
-    auto f = mxrl::st::File::parse(bytes, "fuzz");
+    auto f = mxrl::SafetensorsFile::parse(bytes, "fuzz");
     // What parse() promises: the tensors, in offset order, exactly cover
     // the end of the input, each with numel * dtype_size bytes.
     const std::byte* cursor = nullptr;
@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(t.data.data() >= bytes.data() + 8 && t.data.data() + t.data.size() <= bytes.data() + size);
       check(!cursor || t.data.data() == cursor);
       cursor = t.data.data() + t.data.size();
-      check(uint64_t(t.numel()) * mxrl::st::dtype_size(t.dtype) == t.data.size());
+      check(uint64_t(t.numel()) * mxrl::dtype_size(t.dtype) == t.data.size());
       check(f.find(t.name) == &t);
     }
     check(!cursor || cursor == bytes.data() + size);

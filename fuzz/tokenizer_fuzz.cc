@@ -23,7 +23,6 @@
 
 namespace {
 
-using mxrl::tok::Tokenizer;
 
 void check(bool ok) {
   if (!ok) std::abort();
@@ -53,7 +52,7 @@ void check_ids(const Tokenizer& t, const std::vector<int32_t>& ids) {
 }
 
 const Tokenizer& char_tokenizer() {
-  static const Tokenizer t = mxrl::tok::make_char_tokenizer(
+  static const Tokenizer t = mxrl::make_char_tokenizer(
       "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
       {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
   return t;

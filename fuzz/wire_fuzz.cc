@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       default: {
-        mxrl::sync::Staging st(1);
+        mxrl::Staging st(1);
         size_t at = 0;
         while (at + 4 <= in.size()) {
           uint32_t n = 0;

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-namespace mxrl::py {
+namespace mxrl {
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -91,9 +91,9 @@ template nb::ndarray<nb::numpy, uint8_t> new_array<uint8_t>(const std::vector<in
 template nb::ndarray<nb::numpy, float> new_array<float>(const std::vector<int64_t>&, float**);
 template nb::ndarray<nb::numpy, int32_t> new_array<int32_t>(const std::vector<int64_t>&, int32_t**);
 
-}  // namespace mxrl::py
+}  // namespace mxrl
 
-namespace mxrl::py {
+namespace mxrl {
 nb::object json_to_py(const nlohmann::json& j) {
   return nb::module_::import_("json").attr("loads")(nb::str(j.dump().c_str()));
 }
@@ -107,4 +107,4 @@ nlohmann::json py_to_json(nb::handle h, const char* label) {
   }
   return nlohmann::json::parse(s);
 }
-}  // namespace mxrl::py
+}  // namespace mxrl

@@ -12,7 +12,7 @@
 
 #include "numerics/mx.h"
 
-namespace mxrl::py {
+namespace mxrl {
 namespace nb = nanobind;
 
 using AnyArray = nb::ndarray<nb::device::cpu>;
@@ -47,11 +47,11 @@ nb::ndarray<nb::numpy, T> to_array(const std::vector<T>& v) {
   return out;
 }
 
-}  // namespace mxrl::py
+}  // namespace mxrl
 
 #include <nlohmann/json.hpp>
-namespace mxrl::py {
+namespace mxrl {
 // JSON across the boundary (through Python's json module: dicts, lists, str, int, float, bool, None).
 nb::object json_to_py(const nlohmann::json& j);
 nlohmann::json py_to_json(nb::handle h, const char* label);
-}  // namespace mxrl::py
+}  // namespace mxrl

@@ -29,7 +29,7 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::py {
+namespace mxrl {
 
 PyModel PyModel::load(const std::filesystem::path& dir_path, const std::string& plan_name, int threads) {
   const std::string dir = dir_path.string();
@@ -40,7 +40,7 @@ PyModel PyModel::load(const std::filesystem::path& dir_path, const std::string& 
   m.pool = std::make_shared<ThreadPool>(threads);
   m.model = std::make_shared<const Model>(load_model(dir, plan, {m.pool.get()}));
   const std::filesystem::path tk = std::filesystem::path(dir) / "tokenizer.json";
-  if (std::filesystem::exists(tk)) m.tokenizer = tok::Tokenizer::load(tk.string());
+  if (std::filesystem::exists(tk)) m.tokenizer = Tokenizer::load(tk.string());
   return m;
 }
 
@@ -150,15 +150,15 @@ nb::list generate(const PySampler& s, const std::vector<std::vector<int32_t>>& p
 }  // namespace
 
 void bind_model(nb::module_& m) {
-  nb::class_<tok::Tokenizer>(m, "Tokenizer", "A tokenizer.json (BPE, byte-level or mxrl's character tokenizer).")
-      .def_static("load", [](const std::filesystem::path& p) { return tok::Tokenizer::load(p.string()); }, nb::arg("path"), "Load a tokenizer.json file.")
-      .def_static("builtin_char", &tok::builtin_char_tokenizer,
+  nb::class_<Tokenizer>(m, "Tokenizer", "A tokenizer.json (BPE, byte-level or mxrl's character tokenizer).")
+      .def_static("load", [](const std::filesystem::path& p) { return Tokenizer::load(p.string()); }, nb::arg("path"), "Load a tokenizer.json file.")
+      .def_static("builtin_char", &builtin_char_tokenizer,
                   "The character tokenizer of the built-in tasks and the tiny presets.")
-      .def("encode", [](const tok::Tokenizer& t, const std::string& s) { return t.encode(s); }, nb::arg("text"),
+      .def("encode", [](const Tokenizer& t, const std::string& s) { return t.encode(s); }, nb::arg("text"),
            "Token ids of ``text`` (no special tokens added).")
-      .def("decode", [](const tok::Tokenizer& t, const std::vector<int32_t>& ids) { return t.decode(ids); },
+      .def("decode", [](const Tokenizer& t, const std::vector<int32_t>& ids) { return t.decode(ids); },
            nb::arg("ids"), "The text of ``ids``.")
-      .def_prop_ro("vocab_size", &tok::Tokenizer::vocab_size);
+      .def_prop_ro("vocab_size", &Tokenizer::vocab_size);
 
   nb::class_<PyModel>(m, "Model",
                       "A checkpoint prepared to compute under a precision plan: the forward pass the sampler and "
@@ -199,4 +199,4 @@ and SFT rollouts, so a sample here reproduces a rollout. Chat tokens such as
 <|im_end|> stop only when listed; a list replaces the default.)doc");
 }
 
-}  // namespace mxrl::py
+}  // namespace mxrl

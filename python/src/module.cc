@@ -8,11 +8,11 @@
 
 namespace nb = nanobind;
 
-namespace mxrl::py {
+namespace mxrl {
 void bind_numerics(nb::module_& m);
 void bind_model(nb::module_& m);
 void bind_sync(nb::module_& m);
-}  // namespace mxrl::py
+}  // namespace mxrl
 
 NB_MODULE(_mxrl, m) {
   m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler and weight-sync checks.";
@@ -24,7 +24,7 @@ NB_MODULE(_mxrl, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
-  mxrl::py::bind_numerics(m);
-  mxrl::py::bind_model(m);
-  mxrl::py::bind_sync(m);
+  mxrl::bind_numerics(m);
+  mxrl::bind_model(m);
+  mxrl::bind_sync(m);
 }

@@ -19,7 +19,7 @@
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::py {
+namespace mxrl {
 
 namespace {
 
@@ -295,4 +295,4 @@ Returns (codes uint8 of x's shape, scales float32 [ceil(rows/gr), ceil(cols/gc)]
         "The stochastic-rounding seed `mxrl quantize --seed SEED` uses for tensor NAME.");
 }
 
-}  // namespace mxrl::py
+}  // namespace mxrl

@@ -9,12 +9,12 @@
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::py {
+namespace mxrl {
 struct PyModel {
   std::string dir;
   std::shared_ptr<ThreadPool> pool;
   std::shared_ptr<const Model> model;
-  std::optional<tok::Tokenizer> tokenizer;
+  std::optional<Tokenizer> tokenizer;
   static PyModel load(const std::filesystem::path& dir, const std::string& plan, int threads);
 };
-}  // namespace mxrl::py
+}  // namespace mxrl

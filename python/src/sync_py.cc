@@ -17,7 +17,7 @@
 #include "interop/engine_dump.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::py {
+namespace mxrl {
 
 namespace {
 
@@ -31,35 +31,35 @@ PrecisionPlan recipe_plan(const std::string& recipe, bool floor) {
 void sync_export(const std::string& model_dir, const std::string& out, const std::string& recipe,
                  const std::string& sync, std::optional<std::string> sampler_plan, uint64_t version, bool floor,
                  int threads) {
-  const sync::SyncMode mode = sync::parse_sync_mode(sync);
+  const SyncMode mode = parse_sync_mode(sync);
   const PrecisionPlan learner_plan = recipe_plan(recipe, floor);
-  if (mode == sync::SyncMode::Requantize && sampler_plan)
+  if (mode == SyncMode::Requantize && sampler_plan)
     throw nb::value_error("sampler_plan applies only with sync='ship' (a requantize bundle is for any sampler plan)");
   const PrecisionPlan splan = sampler_plan ? PrecisionPlan::resolve(*sampler_plan) : learner_plan;
   nb::gil_scoped_release unlocked;
   const Checkpoint ck = load_checkpoint(model_dir);
   ThreadPool pool(threads);
-  sync::write_bundle(sync::export_bundle(ck.params, learner_plan, mode, splan, version, {&pool}), out);
+  write_bundle(export_bundle(ck.params, learner_plan, mode, splan, version, {&pool}), out);
 }
 
 nb::object sync_inspect_file(const std::string& path) {
   nlohmann::json j;
   {
     nb::gil_scoped_release unlocked;
-    j = sync::bundle_summary(sync::read_bundle(path));
+    j = bundle_summary(read_bundle(path));
   }
   return json_to_py(j);
 }
 
 nb::object sync_inspect_bytes(nb::bytes data, const std::string& label) {
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()), data.size());
-  return json_to_py(sync::bundle_summary(sync::parse_bundle(bytes, label)));
+  return json_to_py(bundle_summary(parse_bundle(bytes, label)));
 }
 
 // {condition: {"passed": bool, "findings": [str]}} in condition order.
-nb::object results_to_py(const std::vector<sync::CheckResult>& rs) {
+nb::object results_to_py(const std::vector<CheckResult>& rs) {
   nb::dict out;
-  for (const sync::CheckResult& r : rs) {
+  for (const CheckResult& r : rs) {
     nb::dict c;
     c["passed"] = r.passed;
     nb::list f;
@@ -73,34 +73,34 @@ nb::object results_to_py(const std::vector<sync::CheckResult>& rs) {
 nb::object sync_check_manifests(nb::handle expected, nb::handle got) {
   const auto e = digests_from_json(py_to_json(expected, "expected"));
   const auto g = digests_from_json(py_to_json(got, "got"));
-  return results_to_py(sync::check_manifests(e, g));
+  return results_to_py(check_manifests(e, g));
 }
 
 nb::object sync_verify_dump(const std::string& learner_dir, const std::string& dump, const std::string& recipe,
                             bool floor, const std::string& naming, std::optional<std::string> previous, int threads) {
   const PrecisionPlan plan = recipe_plan(recipe, floor);
-  const sync::Naming n = sync::parse_naming(naming);
-  std::vector<sync::CheckResult> rs;
+  const Naming n = parse_naming(naming);
+  std::vector<CheckResult> rs;
   {
     nb::gil_scoped_release unlocked;
     const Checkpoint ck = load_checkpoint(learner_dir);
     ThreadPool pool(threads);
     std::vector<TensorDigest> before;  // what the engine held before the sync, if its dump is given
-    if (previous) before = sync::read_dump_manifest(*previous, ck.config, plan, n);
-    rs = sync::verify_dump_since(ck.params, plan, dump, n, before, {&pool});
+    if (previous) before = read_dump_manifest(*previous, ck.config, plan, n);
+    rs = verify_dump_since(ck.params, plan, dump, n, before, {&pool});
   }
   return results_to_py(rs);
 }
 
 void sync_write_dump(const PyModel& m, const std::string& path, const std::string& naming) {
-  const sync::Naming n = sync::parse_naming(naming);
+  const Naming n = parse_naming(naming);
   nb::gil_scoped_release unlocked;
-  sync::write_dump(*m.model, n, path);
+  write_dump(*m.model, n, path);
 }
 
 nb::object sync_dump_manifest(const std::string& dump, const PyModel& m, const std::string& naming) {
   return json_to_py(
-      digests_to_json(sync::read_dump_manifest(dump, m.model->config(), m.model->plan(), sync::parse_naming(naming))));
+      digests_to_json(read_dump_manifest(dump, m.model->config(), m.model->plan(), parse_naming(naming))));
 }
 
 }  // namespace
@@ -123,4 +123,4 @@ void bind_sync(nb::module_& m) {
         "The manifest an engine weight dump holds, under mxrl names (mxrl.sync.dump_manifest).");
 }
 
-}  // namespace mxrl::py
+}  // namespace mxrl

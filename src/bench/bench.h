@@ -11,7 +11,7 @@
 #include "experiments/train_sweep.h"
 #include "util/cpu.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 // MX quantize/dequantize GB/s beside memcpy of the same bytes (bench_quantize.cc).
 struct QuantizeOptions {
@@ -59,7 +59,7 @@ void run_decode(const DecodeOptions& a);
 // per-token costs fitted (bench_train.cc; the measurement is
 // experiments/train_sweep.h, which the report runs too).
 struct TrainOptions {
-  exp::TrainBenchConfig cfg;
+  TrainBenchConfig cfg;
   int64_t micro_batch_tokens = 4096;
   std::vector<int64_t> budgets = {512, 1024, 2048, 4096, 8192, 16384};
   bool sweep = false, json = false;
@@ -79,4 +79,4 @@ struct SyncOptions {
 };
 void run_sync(const SyncOptions& a);
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

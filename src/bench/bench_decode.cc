@@ -45,7 +45,7 @@
 #include "util/splitmix.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 // A cheap deterministic stand-in for init_params (normal draws are slow at
 // 0.6B): uniform values of the same standard deviation, from a hash of the
@@ -146,7 +146,7 @@ struct DecodeResult {
 
 void run_decode(const DecodeOptions& a) {
   // Everything that can be refused is refused before the slow parts.
-  const ModelConfig cfg = shape_config(a.shape, tok::builtin_char_tokenizer().vocab_size());
+  const ModelConfig cfg = shape_config(a.shape, builtin_char_tokenizer().vocab_size());
   std::vector<PrecisionPlan> plans;
   for (const std::string& p : a.plans) plans.push_back(PrecisionPlan::resolve(p));
   if (a.prompt_len + a.steps > cfg.max_position_embeddings)
@@ -328,4 +328,4 @@ void run_decode(const DecodeOptions& a) {
                mx_1->decode_tps / bf16_1->decode_tps, bytes_step(*mx_1) / bytes_step(*bf16_1));
 }
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

@@ -13,11 +13,11 @@
 #include "util/clock.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 void run_forward(const ForwardOptions& a) {
   ThreadPool pool(a.threads);
-  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  const int64_t vocab = builtin_char_tokenizer().vocab_size();
   ParamTable params(preset_config(a.preset, vocab));
   init_params(params, 0, 0.02f);
   std::mt19937 rng(1);
@@ -51,4 +51,4 @@ void run_forward(const ForwardOptions& a) {
   if (a.json) fmt::print("{}\n", j.dump());
 }
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

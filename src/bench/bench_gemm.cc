@@ -28,7 +28,7 @@
 #include "numerics/mx.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 namespace {
 // oneDNN here runs on OpenMP; its thread count is set through the OpenMP
@@ -206,4 +206,4 @@ void run_gemm(const GemmOptions& a) {
   }
 }
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

@@ -17,7 +17,7 @@
 #include "util/progress.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 namespace {
 struct Result {
@@ -86,4 +86,4 @@ void run_quantize(const QuantizeOptions& a) {
   }
   if (a.json) fmt::print("{}\n", j.dump());
 }
-}  // namespace mxrl::bench
+}  // namespace mxrl

@@ -28,12 +28,12 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 namespace {
 enum : int { kTagRaw = 71, kTagAck = 72 };
 
-void announce(const mpi::Comm& c, uint8_t kind, uint64_t version) {
+void announce(const MpiComm& c, uint8_t kind, uint64_t version) {
   std::vector<std::byte> plan(9);
   plan[0] = std::byte{kind};
   std::memcpy(plan.data() + 1, &version, 8);
@@ -41,18 +41,18 @@ void announce(const mpi::Comm& c, uint8_t kind, uint64_t version) {
 }
 
 // Rank 0's side of one trial; returns seconds until rank 1's answer. The
-// sync goes exactly as the distributed runtime sends it (mpi::bcast_chunks).
-double send_sync(const mpi::Comm& c, const std::vector<sync::ChunkFrame>& frames, uint64_t version) {
+// sync goes exactly as the distributed runtime sends it (bcast_chunks).
+double send_sync(const MpiComm& c, const std::vector<ChunkFrame>& frames, uint64_t version) {
   announce(c, 1, version);
   const auto t0 = Clock::now();
   uint64_t n = frames.size();
-  mpi::check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
-  mpi::bcast_chunks(c, 0, frames);
+  mpi_check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
+  bcast_chunks(c, 0, frames);
   (void)c.recv(1, kTagAck);
   return seconds_since(t0);
 }
 
-double send_raw(const mpi::Comm& c, const std::vector<std::byte>& bytes) {
+double send_raw(const MpiComm& c, const std::vector<std::byte>& bytes) {
   announce(c, 0, 0);
   const auto t0 = Clock::now();
   c.send(bytes, 1, kTagRaw);
@@ -61,7 +61,7 @@ double send_raw(const mpi::Comm& c, const std::vector<std::byte>& bytes) {
 }
 
 // Rank 1: what rank 0 announces, until a zero-length plan.
-void serve(const mpi::Comm& c) {
+void serve(const MpiComm& c) {
   const std::vector<std::byte> ack(1);
   for (;;) {
     const std::vector<std::byte> plan = c.bcast({}, 0);  // [kind u8][version u64]
@@ -72,9 +72,9 @@ void serve(const mpi::Comm& c) {
       (void)c.recv(0, kTagRaw);
     } else {
       uint64_t n = 0;
-      mpi::check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
-      sync::Staging st(version);
-      const std::string refused = mpi::bcast_chunks(c, 0, n, st);
+      mpi_check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, c.get()), "bcast");
+      Staging st(version);
+      const std::string refused = bcast_chunks(c, 0, n, st);
       if (!refused.empty()) fail("bench sync: {}", refused);
       if (st.take().empty()) fail("bench sync: empty bundle");
     }
@@ -85,13 +85,13 @@ void serve(const mpi::Comm& c) {
 }  // namespace
 
 void run_sync(const SyncOptions& a) {
-  mpi::Session session(nullptr, nullptr);
+  MpiSession session(nullptr, nullptr);
   if (session.size() != 2) fail("bench sync needs 2 MPI ranks (sender and receiver): mpirun -np 2 mxrl bench sync");
-  const mpi::Comm c(MPI_COMM_WORLD);
+  const MpiComm c(MPI_COMM_WORLD);
   if (c.rank() == 1) return serve(c);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
-  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  const int64_t vocab = builtin_char_tokenizer().vocab_size();
   nlohmann::json rows = nlohmann::json::array();
   fmt::print("{:<11} {:<7} {:>12} {:>9} {:>11} {:>11} {:>9} {:>7}\n", "model", "sampler", "bytes", "build ms",
              "sync ms", "raw ms", "sync GB/s", "x bw");
@@ -102,12 +102,12 @@ void run_sync(const SyncOptions& a) {
     const PrecisionPlan learner_plan = PrecisionPlan::resolve("mxfp8");
     const Model learner(params, learner_plan, exec);
     for (const char* sampler : {"mxfp8", "bf16"}) {
-      sync::SyncSettings s;
+      SyncSettings s;
       auto t0 = Clock::now();
       const std::vector<std::byte> bundle =
-          sync::build_bundle_bytes(learner, params, PrecisionPlan::resolve(sampler), version, s, exec);
-      sync::ChunkSender sender(static_cast<size_t>(a.chunk_bytes));
-      const std::vector<sync::ChunkFrame> frames = sender.frames(bundle, version, {});
+          build_bundle_bytes(learner, params, PrecisionPlan::resolve(sampler), version, s, exec);
+      ChunkSender sender(static_cast<size_t>(a.chunk_bytes));
+      const std::vector<ChunkFrame> frames = sender.frames(bundle, version, {});
       const double build = seconds_since(t0);  // the bundle and its chunk headers (with their XXH3)
       std::vector<double> ts, tr;
       for (int r = 0; r <= a.reps; ++r) {  // the first of each: warm-up
@@ -129,4 +129,4 @@ void run_sync(const SyncOptions& a) {
   if (a.json) fmt::print("{}\n", nlohmann::json{{"bench", "sync"}, {"rows", rows}}.dump());
 }
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

@@ -12,13 +12,13 @@
 #include "model/init.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 void run_train(TrainOptions a) {
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   a.cfg.budgets = a.sweep ? a.budgets : std::vector<int64_t>{a.micro_batch_tokens};
-  const exp::TrainBenchConfig& c = a.cfg;
+  const TrainBenchConfig& c = a.cfg;
   if (!a.json)
     fmt::print("bench train: {}, {} tokens per step ({} x {}), {} thread(s), median of {}, weight quantizations made "
                "once per {}, pair kernel {}\n"
@@ -34,7 +34,7 @@ void run_train(TrainOptions a) {
                d("tokens_per_s"), d("ratio_to_first"), d("weight_quant_s"), d("act_quant_s"), d("gemm_s"),
                d("attention_s"), d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
   };
-  const nlohmann::json j = exp::bench_train(c, row, exec);
+  const nlohmann::json j = bench_train(c, row, exec);
   if (a.json) {
     fmt::print("{}\n", j.dump());
     return;
@@ -54,4 +54,4 @@ void run_train(TrainOptions a) {
       fmt::print("  {}; measured: {}\n", x["verdict"].get<std::string>(), x["measured"].get<std::string>());
 }
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

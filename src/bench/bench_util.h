@@ -10,7 +10,7 @@
 #include "util/clock.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::bench {
+namespace mxrl {
 
 // The median of t (the upper one of an even count).
 inline double median(std::vector<double> t) {
@@ -37,4 +37,4 @@ inline double time_median(const std::function<void()>& fn, double min_time) {
 // A cheap deterministic stand-in for init_params at 0.6B (bench_decode.cc).
 void fill_params(ParamTable& params, ThreadPool& pool, float std = 0.02f);
 
-}  // namespace mxrl::bench
+}  // namespace mxrl

@@ -9,12 +9,12 @@
 #include "cli/commands.h"
 #include "model/init.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 
 void add_bench_quantize(CLI::App* bench) {
-  auto a = std::make_shared<bench::QuantizeOptions>();
+  auto a = std::make_shared<QuantizeOptions>();
   auto* q = bench->add_subcommand("quantize", "MX quantize/dequantize GB/s beside memcpy of the same bytes");
   q->add_option("--threads", a->threads, "Worker threads (0: all cores)")
       ->check(non_negative())->capture_default_str();
@@ -25,11 +25,11 @@ void add_bench_quantize(CLI::App* bench) {
       ->capture_default_str();
   q->add_option("--min-time", a->min_time, "Minimum seconds per measurement")->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
-  q->callback([a] { bench::run_quantize(*a); });
+  q->callback([a] { run_quantize(*a); });
 }
 
 void add_bench_gemm(CLI::App* bench) {
-  auto a = std::make_shared<bench::GemmOptions>();
+  auto a = std::make_shared<GemmOptions>();
   auto kernels = std::make_shared<std::string>("auto");
   auto* g = bench->add_subcommand("gemm", "GEMM GFLOP/s (BF16, MXFP8, FP32 weights) beside oneDNN BF16 and FP32 matmul");
   add_threads_option(g, &a->threads);
@@ -40,12 +40,12 @@ void add_bench_gemm(CLI::App* bench) {
       ->capture_default_str();
   g->callback([a, kernels] {
     a->pair_kernel = pair_kernel_from_name(*kernels);
-    bench::run_gemm(*a);
+    run_gemm(*a);
   });
 }
 
 void add_bench_forward(CLI::App* bench) {
-  auto a = std::make_shared<bench::ForwardOptions>();
+  auto a = std::make_shared<ForwardOptions>();
   auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
   c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
@@ -53,11 +53,11 @@ void add_bench_forward(CLI::App* bench) {
   c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();
   add_threads_option(c, &a->threads);
   c->add_flag("--json", a->json, "One JSON object on the last line");
-  c->callback([a] { bench::run_forward(*a); });
+  c->callback([a] { run_forward(*a); });
 }
 
 void add_bench_decode(CLI::App* bench) {
-  auto a = std::make_shared<bench::DecodeOptions>();
+  auto a = std::make_shared<DecodeOptions>();
   auto kernels = std::make_shared<std::string>("auto");
   auto* c = bench->add_subcommand("decode", "Prefill and decode tokens/s, and decode memory bandwidth beside memcpy");
   c->add_option("--shape", a->shape, "Model shape, random weights: " + fmt::format("{}", fmt::join(shape_names(), ", ")))
@@ -76,12 +76,12 @@ void add_bench_decode(CLI::App* bench) {
   c->add_flag("--json", a->json, "One JSON object on the last line");
   c->callback([a, kernels] {
     a->pair_kernel = pair_kernel_from_name(*kernels);
-    bench::run_decode(*a);
+    run_decode(*a);
   });
 }
 
 void add_bench_train(CLI::App* bench) {
-  auto a = std::make_shared<bench::TrainOptions>();
+  auto a = std::make_shared<TrainOptions>();
   auto kernels = std::make_shared<std::string>("auto");
   auto* c = bench->add_subcommand("train", "Training tokens/s per recipe, split by phase; --sweep fits the per-micro-batch and per-token costs");
   c->add_option("--preset", a->cfg.preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
@@ -99,12 +99,12 @@ void add_bench_train(CLI::App* bench) {
   add_kernels_option(c, kernels.get());
   c->callback([a, kernels] {
     a->pair_kernel = pair_kernel_from_name(*kernels);
-    bench::run_train(*a);
+    run_train(*a);
   });
 }
 
 void add_bench_sync(CLI::App* bench) {
-  auto a = std::make_shared<bench::SyncOptions>();
+  auto a = std::make_shared<SyncOptions>();
   auto* c = bench->add_subcommand(
       "sync", "Weight-sync bytes and time over MPI (mxfp8 vs bf16 sampler) beside raw MPI bandwidth: mpirun -np 2");
   c->add_option("--shapes", a->shapes, "Model shapes (tiny-dense, tiny-moe, qwen3-0.6b)")->capture_default_str();
@@ -114,7 +114,7 @@ void add_bench_sync(CLI::App* bench) {
   c->add_option("--threads", a->threads, "Worker threads for building the bundles (0: all cores)")
       ->check(non_negative());
   c->add_flag("--json", a->json, "Also print one JSON object (last line)");
-  c->callback([a] { bench::run_sync(*a); });
+  c->callback([a] { run_sync(*a); });
 }
 
 }  // namespace
@@ -130,4 +130,4 @@ void add_bench_commands(CLI::App& app) {
   add_bench_sync(bench);
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -28,8 +28,8 @@ namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-using testing_cli::CmdResult;
-using testing_cli::slurp;
+using test::CmdResult;
+using test::slurp;
 
 class Cli : public ::testing::Test {
  protected:
@@ -42,14 +42,14 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  CmdResult run(const std::string& args) { return testing_cli::run_mxrl(dir_, args); }
+  CmdResult run(const std::string& args) { return test::run_mxrl(dir_, args); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // F32 [64, 64], BF16 [2, 3, 32], F16 [32, 96] with a wide spread of magnitudes.
   void write_input(const std::string& p) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0, 1);
-    st::Writer w;
+    SafetensorsWriter w;
     auto vals = [&](int64_t n) {
       std::vector<float> v(n);
       for (auto& x : v) x = nd(rng) * std::exp2(float(rng() % 16) - 8);
@@ -58,21 +58,21 @@ class Cli : public ::testing::Test {
     auto f32 = vals(64 * 64);
     std::vector<std::byte> b(f32.size() * 4);
     std::memcpy(b.data(), f32.data(), b.size());
-    w.add("w.f32", st::DType::F32, {64, 64}, std::move(b));
+    w.add("w.f32", DType::F32, {64, 64}, std::move(b));
     auto bf = vals(2 * 3 * 32);
     std::vector<std::byte> bb(bf.size() * 2);
     for (size_t i = 0; i < bf.size(); ++i) {
       const uint16_t h = f32_to_bf16(bf[i]);
       std::memcpy(&bb[2 * i], &h, 2);
     }
-    w.add("w.bf16", st::DType::BF16, {2, 3, 32}, std::move(bb));
+    w.add("w.bf16", DType::BF16, {2, 3, 32}, std::move(bb));
     auto hf = vals(32 * 96);
     std::vector<std::byte> hb(hf.size() * 2);
     for (size_t i = 0; i < hf.size(); ++i) {
       const uint16_t h = f32_to_f16(hf[i]);
       std::memcpy(&hb[2 * i], &h, 2);
     }
-    w.add("w.f16", st::DType::F16, {32, 96}, std::move(hb));
+    w.add("w.f16", DType::F16, {32, 96}, std::move(hb));
     w.set_metadata({{"origin", "cli_test"}});
     w.write(p);
   }
@@ -80,8 +80,8 @@ class Cli : public ::testing::Test {
   fs::path dir_;
 };
 
-InType in_type(st::DType d) {
-  return d == st::DType::F32 ? InType::F32 : d == st::DType::BF16 ? InType::BF16 : InType::F16;
+InType in_type(DType d) {
+  return d == DType::F32 ? InType::F32 : d == DType::BF16 ? InType::BF16 : InType::F16;
 }
 
 TEST_F(Cli, HelpListsCommands) {
@@ -109,8 +109,8 @@ TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
         continue;
       }
       ASSERT_EQ(r.rc, 0) << r.err;
-      const st::File in = st::File::open(path("in.safetensors"));
-      const st::File qf = st::File::open(q);
+      const SafetensorsFile in = SafetensorsFile::open(path("in.safetensors"));
+      const SafetensorsFile qf = SafetensorsFile::open(q);
       EXPECT_EQ(qf.metadata().at("mxrl.elem"), elem);
       EXPECT_EQ(qf.metadata().at("mxrl.scale_rule"), "floor");
       EXPECT_EQ(qf.metadata().at("origin"), "cli_test");
@@ -119,8 +119,8 @@ TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
         const auto& c = qf.at(t.name);
         const auto& s = qf.at(t.name + "_scale");
         EXPECT_EQ(c.shape, t.shape);
-        EXPECT_EQ(c.dtype, e == ElemType::E4M3 ? st::DType::F8_E4M3 : e == ElemType::E5M2 ? st::DType::F8_E5M2 : st::DType::U8);
-        EXPECT_EQ(s.dtype, st::DType::F8_E8M0);
+        EXPECT_EQ(c.dtype, e == ElemType::E4M3 ? DType::F8_E4M3 : e == ElemType::E5M2 ? DType::F8_E5M2 : DType::U8);
+        EXPECT_EQ(s.dtype, DType::F8_E8M0);
         auto ss = t.shape;
         ss.back() /= 32;
         EXPECT_EQ(s.shape, ss);
@@ -131,12 +131,12 @@ TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
         EXPECT_EQ(0, std::memcmp(scales.data(), s.data.data(), scales.size()));
       }
       ASSERT_EQ(run(fmt::format("dequantize {} {}", q, d)).rc, 0);
-      const st::File df = st::File::open(d);
+      const SafetensorsFile df = SafetensorsFile::open(d);
       EXPECT_EQ(df.tensors().size(), in.tensors().size());
       EXPECT_EQ(df.metadata().count("mxrl.format"), 0u);
       for (const auto& t : in.tensors()) {
         const auto& y = df.at(t.name);
-        EXPECT_EQ(y.dtype, st::DType::F32);
+        EXPECT_EQ(y.dtype, DType::F32);
         EXPECT_EQ(y.shape, t.shape);
         const int64_t cols = t.shape.back(), rows = t.numel() / cols;
         std::vector<float> ref(rows * cols);
@@ -149,18 +149,18 @@ TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
 }
 
 TEST_F(Cli, ColAxisScalesAreR32ByC) {
-  st::Writer w;
+  SafetensorsWriter w;
   std::vector<float> v(64 * 40, 0.5f);
   std::vector<std::byte> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
-  w.add("m", st::DType::F32, {64, 40}, std::move(b));
+  w.add("m", DType::F32, {64, 40}, std::move(b));
   w.write(path("in.safetensors"));
   ASSERT_EQ(run(fmt::format("quantize {} {} --elem e4m3 --scale-rule rceil --axis col", path("in.safetensors"),
                             path("q.safetensors"))).rc, 0);
-  const st::File q = st::File::open(path("q.safetensors"));
+  const SafetensorsFile q = SafetensorsFile::open(path("q.safetensors"));
   EXPECT_EQ(q.at("m_scale").shape, (std::vector<int64_t>{2, 40}));
   ASSERT_EQ(run(fmt::format("dequantize {} {}", path("q.safetensors"), path("d.safetensors"))).rc, 0);
-  const st::File d = st::File::open(path("d.safetensors"));
+  const SafetensorsFile d = SafetensorsFile::open(path("d.safetensors"));
   float y0;
   std::memcpy(&y0, d.at("m").data.data(), 4);
   EXPECT_EQ(y0, 0.5f);
@@ -198,9 +198,9 @@ TEST_F(Cli, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
     EXPECT_FALSE(fs::exists(out)) << c.args;
   }
   // Unsupported dtype and a last dimension that is not a multiple of 32.
-  for (auto [dtype, shape, phrase] : {std::tuple{st::DType::I32, std::vector<int64_t>{2, 32}, "dtype I32"},
-                                      std::tuple{st::DType::F32, std::vector<int64_t>{4, 30}, "multiple of 32"}}) {
-    st::Writer w;
+  for (auto [dtype, shape, phrase] : {std::tuple{DType::I32, std::vector<int64_t>{2, 32}, "dtype I32"},
+                                      std::tuple{DType::F32, std::vector<int64_t>{4, 30}, "multiple of 32"}}) {
+    SafetensorsWriter w;
     w.add("bad.tensor", dtype, shape, std::vector<std::byte>(shape[0] * shape[1] * 4));
     w.write(path("bad.safetensors"));
     const CmdResult r = run(fmt::format("quantize {} {} --elem e4m3 --scale-rule floor", path("bad.safetensors"), out));
@@ -330,7 +330,7 @@ TEST_F(Cli, ScoreMatchesTransformersOnCheckpointsItSaved) {
   for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4",
                            "qwen3-tiny-moe-hf4"}) {
     const std::string dir = std::string(MXRL_SOURCE_DIR) + "/tests/data/" + name;
-    const st::File ref = st::File::open(dir + "/reference.safetensors");
+    const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
     const auto& tok = ref.at("tokens");
     const auto& lg = ref.at("logits");
     const int64_t rows = tok.shape[0], len = tok.shape[1], vocab = lg.shape[2];
@@ -346,7 +346,7 @@ TEST_F(Cli, ScoreMatchesTransformersOnCheckpointsItSaved) {
     const CmdResult r = run(fmt::format("score --model {} --plan fp32 --in {} --out {}", dir, path("fx.jsonl"),
                                         path("fx_out.jsonl")));
     ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
-    std::istringstream lines(testing_cli::slurp(path("fx_out.jsonl")));
+    std::istringstream lines(test::slurp(path("fx_out.jsonl")));
     std::string line;
     double worst = 0;
     for (int64_t row = 0; std::getline(lines, line); ++row) {

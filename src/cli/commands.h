@@ -5,7 +5,7 @@
 #include "cli/settings_cli.h"
 #include "kernels/gemm/gemm.h"  // pair_kernel_from_name, for --kernels
 
-namespace mxrl::cli {
+namespace mxrl {
 
 void add_quantize_commands(CLI::App& app);  // quantize, dequantize
 void add_bench_commands(CLI::App& app);     // bench quantize, gemm, forward, decode, train, sync (bench/bench.h)
@@ -42,4 +42,4 @@ inline CLI::Option* add_kernels_option(CLI::App* cmd, std::string* kernels) {
       ->default_val("auto");
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -8,7 +8,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 // The value as the command line would spell it, checked against the option's type.
@@ -70,4 +70,4 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
   }
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -12,8 +12,8 @@
 
 #include <CLI/CLI.hpp>
 
-namespace mxrl::cli {
+namespace mxrl {
 
 void apply_config_file(CLI::App* cmd, const std::string& path);
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -19,7 +19,7 @@
 #include "tasks/tasks.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct DemoArgs : SftCliArgs {
@@ -40,27 +40,27 @@ struct DemoArgs : SftCliArgs {
     cfg.learner.optim.weight_decay = 0.0;
     cfg.learner.optim.schedule = LrSchedule::Cosine;
     samples = 10;
-    rl::RlConfig& r = rl.cfg;
+    RlConfig& r = rl.cfg;
     r.steps = 300;
     r.prompts_per_step = 32;
     r.samples_per_prompt = 8;
     r.temperature = 1.0f;
-    r.eval_every = 100;  // lr: RL's default (rl::RlConfig)
+    r.eval_every = 100;  // lr: RL's default (RlConfig)
     r.learner.optim.weight_decay = 0.0;
     rl.log_every = 10;
   }
 };
 
-// The GRPO phase's options: fields of rl::rl_fields() under the demo's flags.
-settings::Table<rl::RlConfig> demo_rl_fields() {
+// The GRPO phase's options: fields of rl_fields() under the demo's flags.
+SettingsTable<RlConfig> demo_rl_fields() {
   const std::pair<const char*, const char*> pick[] = {{"steps", "rl-steps"},
                                                       {"optim.lr", "rl-lr"},
                                                       {"prompts_per_step", "prompts-per-step"},
                                                       {"samples_per_prompt", "samples-per-prompt"},
                                                       {"temperature", "temperature"}};
-  settings::Table<rl::RlConfig> t;
+  SettingsTable<RlConfig> t;
   for (const auto& [key, flag] : pick)
-    for (const settings::Field<rl::RlConfig>& f : rl::rl_fields())
+    for (const SettingsField<RlConfig>& f : rl_fields())
       if (f.key == key) {
         t.push_back(f);
         t.back().flag = flag;
@@ -76,17 +76,17 @@ void run_demo(DemoArgs& a, CLI::App* c) {
   const std::string init = (fs::path(a.out) / "init").string();
   const std::string sft_out = (fs::path(a.out) / "sft").string(), rl_out = (fs::path(a.out) / "rl").string();
   fmt::print(stderr, "demo: 1/3 initialise the {} preset -> {}\n", a.preset, init);
-  rl::write_preset_checkpoint(init, a.preset, a.init_seed);
+  write_preset_checkpoint(init, a.preset, a.init_seed);
   ThreadPool pool(a.threads);
   fmt::print(stderr, "demo: 2/3 SFT warm start on {} ({} steps, {}){}\n", a.cfg.task, a.cfg.steps,
              a.cfg.learner.recipe.plan,
-             tasks::make_task(a.cfg.task)->name().find("carry_drop=") != std::string::npos
+             make_task(a.cfg.task)->name().find("carry_drop=") != std::string::npos
                  ? "; the demonstrations are a weak teacher's that forgets carries, the RL reward is the true sum"
                  : "");
   SftCliArgs sft = a;
   sft.out = sft_out;
   sft.samples = 0;
-  rl::SftRun warm = rl::SftRun::start(init, a.cfg, Exec{&pool});
+  SftRun warm = SftRun::start(init, a.cfg, Exec{&pool});
   const SftCliResult s = run_sft_cli(sft, warm);
   fmt::print(stderr, "demo: 3/3 GRPO ({} steps x {} prompts x {} samples), {} learner, on-grid {} sampler fed by ship, "
                      "seven checks on every sync\n",
@@ -100,13 +100,13 @@ void run_demo(DemoArgs& a, CLI::App* c) {
   r.out = rl_out;
   r.metrics = a.metrics.empty() ? "" : a.metrics + ".rl.jsonl";
   r.threads = a.threads;
-  rl::RlRun run = rl::RlRun::start(sft_out + "/final", r.cfg, Exec{&pool});
+  RlRun run = RlRun::start(sft_out + "/final", r.cfg, Exec{&pool});
   const RlCliResult res = run_rl_cli(r, run);
-  const rl::EvalResult& before = res.evals.front();
-  const rl::EvalResult& after = res.evals.back();
+  const EvalResult& before = res.evals.front();
+  const EvalResult& after = res.evals.back();
   fmt::print("samples (greedy, held-out, after RL):\n");
   for (int64_t i = 0; i < std::min<int64_t>(a.samples, static_cast<int64_t>(after.samples.size())); ++i) {
-    const rl::EvalSample& e = after.samples[i];
+    const EvalSample& e = after.samples[i];
     fmt::print("  {}{}  {}{}\n", e.problem.prompt, e.completion, e.correct ? "ok" : "WRONG, expected ",
                e.correct ? "" : e.problem.answer);
   }
@@ -132,4 +132,4 @@ void add_demo_command(CLI::App& app) {
   c->callback([a, c] { run_demo(*a, c); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

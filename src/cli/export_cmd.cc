@@ -9,7 +9,7 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct CheckpointExportArgs {
@@ -50,4 +50,4 @@ void add_export_command(CLI::App& app) {
   c->callback([a] { run_checkpoint_export(*a); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -17,14 +17,14 @@
 #include "train/warm_start.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 namespace fs = std::filesystem;
 
 struct FaultsArgs {
   std::string out;
-  exp::FaultMatrixConfig cfg;
+  FaultMatrixConfig cfg;
   int64_t sft_steps = 300;
   std::vector<std::string> presets = {"dense", "moe"};
   bool list = false;
@@ -42,10 +42,10 @@ void print_list() {
 
 // init + SFT warm start of a preset, under out/warm/<name>; returns the final checkpoint.
 std::string warm_start(const FaultsArgs& a, const std::string& preset, const std::string& recipe, ThreadPool& pool) {
-  rl::WarmStartConfig w;
+  WarmStartConfig w;
   w.preset = preset, w.task = a.cfg.task, w.recipe = recipe, w.sft_steps = a.sft_steps;
   Progress bar(std::chrono::milliseconds(200));
-  const rl::WarmStart ws = rl::warm_start(
+  const WarmStart ws = warm_start(
       (fs::path(a.out) / "warm" / preset).string(), w,
       [&](int64_t step, double loss) {
         bar.show(fmt::format("{} SFT {} {}/{} loss {:.4f}", preset, Progress::bar(step, a.sft_steps, 20), step,
@@ -68,16 +68,16 @@ void run_faults(FaultsArgs& a) {
   if (a.out.empty()) throw CLI::ValidationError("--out", "required (or --list)");
   ThreadPool pool(a.threads);
   fs::create_directories(a.out);
-  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = exp::write_router_fp32_plan(a.out);
+  if (a.cfg.moe_recipe == "mxfp8-router-fp32") a.cfg.moe_recipe = write_router_fp32_plan(a.out);
   auto wanted = [&](const char* p) { return std::find(a.presets.begin(), a.presets.end(), p) != a.presets.end(); };
   if (!wanted("dense")) a.cfg.dense_model.clear();
   else if (a.cfg.dense_model.empty()) a.cfg.dense_model = warm_start(a, "tiny-dense", a.cfg.dense_recipe, pool);
   if (!wanted("moe")) a.cfg.moe_model.clear();
   else if (a.cfg.moe_model.empty()) a.cfg.moe_model = warm_start(a, "tiny-moe", a.cfg.moe_recipe, pool);
   int64_t n = 0;
-  const exp::FaultMatrix m = exp::run_fault_matrix(
+  const FaultMatrix m = run_fault_matrix(
       a.cfg, [&](const std::string& line) { fmt::print(stderr, "faults: [{}] {}\n", ++n, line); }, Exec{&pool});
-  exp::write_fault_matrix(m, a.out);
+  write_fault_matrix(m, a.out);
   fmt::print("{}", m.to_markdown());
   fmt::print(stderr, "wrote {}/faults.md and {}/faults.json\n", a.out, a.out);
 }
@@ -122,4 +122,4 @@ void add_faults_command(CLI::App& app) {
   });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

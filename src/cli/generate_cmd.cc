@@ -38,7 +38,7 @@
 #include "util/thread_pool.h"
 #include "util/run_dir.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 
@@ -53,7 +53,7 @@ struct GenerateArgs {
   int64_t kv_budget = EngineOptions{}.kv_budget_tokens;
 };
 
-std::string sample_line(int64_t prompt_index, const GeneratedSample& s, const tok::Tokenizer* tk) {
+std::string sample_line(int64_t prompt_index, const GeneratedSample& s, const Tokenizer* tk) {
   std::string line = fmt::format("{{\"prompt_index\": {}, \"sample_index\": {}, \"tokens\": [", prompt_index, s.index);
   for (size_t t = 0; t < s.tokens.size(); ++t) line += fmt::format("{}{}", t ? ", " : "", s.tokens[t]);
   line += "]";
@@ -86,9 +86,9 @@ void run_generate(const GenerateArgs& a) {
   make_parent_dirs(a.out);
   const ModelConfig cfg = load_model_config(a.model);
   const TokenizerFiles tok_files = load_tokenizer_files(a.model);
-  std::optional<tok::Tokenizer> tk;
+  std::optional<Tokenizer> tk;
   if (!tok_files.tokenizer_json.empty())
-    tk = tok::Tokenizer::from_json(tok_files.tokenizer_json, (std::filesystem::path(a.model) / "tokenizer.json").string());
+    tk = Tokenizer::from_json(tok_files.tokenizer_json, (std::filesystem::path(a.model) / "tokenizer.json").string());
   o.stop_tokens = generation_stop_tokens(cfg, !a.no_default_stop, a.stop, "--stop");
 
   const std::vector<Prompt> prompts = read_prompts(a.prompts, cfg, tk ? &*tk : nullptr, a.model);
@@ -187,4 +187,4 @@ void add_generate_command(CLI::App& app) {
   c->callback([a] { run_generate(*a); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

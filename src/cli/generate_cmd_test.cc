@@ -24,8 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-using testing_cli::CmdResult;
-using testing_cli::slurp;
+using test::CmdResult;
+using test::slurp;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> v;
@@ -64,7 +64,7 @@ class GenerateCmd : public ::testing::Test {
     model_ = (root_ / "tiny-dense").string();
   }
 
-  CmdResult run(const std::string& args) { return testing_cli::run_mxrl(dir_, args); }
+  CmdResult run(const std::string& args) { return test::run_mxrl(dir_, args); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(path(name), std::ios::binary) << text;
@@ -94,7 +94,7 @@ std::string prompt_line(const std::string& text) { return json{{"prompt", text}}
 std::string tokens_line(const std::vector<int32_t>& ids) { return json{{"tokens", ids}}.dump() + "\n"; }
 
 TEST_F(GenerateCmd, OutputIsWellFormedCompleteAndOrdered) {
-  const tok::Tokenizer tk = tok::Tokenizer::load(model_);
+  const Tokenizer tk = Tokenizer::load(model_);
   // The default stop (the config's eos_token_id: <|endoftext|> for `mxrl init`), and many extra stop ids so
   // that both finish reasons occur.
   std::set<int32_t> stop = {eos_of(model_)};
@@ -141,7 +141,7 @@ TEST_F(GenerateCmd, OutputIsWellFormedCompleteAndOrdered) {
 // are the rollout's (a rollout's requests stop on {eos}: what --no-default-stop
 // --stop EOS asks for). Before, generate also stopped on <|im_end|>.
 TEST_F(GenerateCmd, DefaultStopIsTheEosRlRolloutsStopOn) {
-  const tok::Tokenizer tk = tok::Tokenizer::load(model_);
+  const Tokenizer tk = Tokenizer::load(model_);
   const int32_t eos = eos_of(model_), im_end = *tk.token_id("<|im_end|>");
   ASSERT_NE(eos, im_end);
   const std::string prompts =
@@ -185,7 +185,7 @@ TEST_F(GenerateCmd, SamplesDependOnlyOnThePromptItsIndexAndTheSeed) {
 }
 
 TEST_F(GenerateCmd, LogprobsEqualScore) {
-  const tok::Tokenizer tk = tok::Tokenizer::load(model_);
+  const Tokenizer tk = Tokenizer::load(model_);
   const std::vector<std::string> texts = {"Hi", "A longer prompt, with punctuation: (1+2)*3 = 9!", "q"};
   std::vector<std::vector<int32_t>> prompt_tokens;
   std::string prompts;

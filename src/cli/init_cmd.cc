@@ -12,7 +12,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct InitArgs {
@@ -63,9 +63,9 @@ void run_init_from(const InitArgs& a) {
   const TokenizerFiles tok = load_tokenizer_files(a.from);
   const ParamTable params = ct ? computed_values(load_model(a.from, PrecisionPlan::named("mxfp8")))
                                : load_checkpoint(a.from).params;
-  const st::DType dtype = a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32;
+  const DType dtype = a.dtype == "bf16" ? DType::BF16 : DType::F32;
   save_checkpoint(a.out, params.config(), params, dtype, {}, tok.tokenizer_json, tok.tokenizer_config_json);
-  fmt::print(stderr, "wrote {}: {} from {} ({}), {:.2f} M parameters\n", a.out, st::dtype_name(dtype), a.from,
+  fmt::print(stderr, "wrote {}: {} from {} ({}), {:.2f} M parameters\n", a.out, dtype_name(dtype), a.from,
              ct ? "compressed-tensors mxfp8, dequantized exactly" : "checkpoint", params.numel() / 1e6);
 }
 
@@ -75,10 +75,10 @@ void run_init(const InitArgs& a) {
     return run_init_from(a);
   }
   if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset, --config or --from");
-  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  const int64_t vocab = builtin_char_tokenizer().vocab_size();
   const ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, vocab) : preset_config(a.preset, vocab);
   const int64_t numel =
-      rl::init_checkpoint(a.out, cfg, a.seed, a.std, a.dtype == "bf16" ? st::DType::BF16 : st::DType::F32);
+      init_checkpoint(a.out, cfg, a.seed, a.std, a.dtype == "bf16" ? DType::BF16 : DType::F32);
   fmt::print(stderr, "wrote {}: {} ({} layers, hidden {}, {}), {:.2f} M parameters, vocab {}, seed {}\n", a.out,
              cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size,
              cfg.is_moe() ? fmt::format("{} experts top-{}", cfg.num_experts, cfg.num_experts_per_tok) : "dense",
@@ -102,4 +102,4 @@ void add_init_command(CLI::App& app) {
   c->callback([a] { run_init(*a); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

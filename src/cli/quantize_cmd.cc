@@ -11,7 +11,7 @@
 #include "util/thread_pool.h"
 #include "util/run_dir.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct QuantizeArgs {
@@ -68,4 +68,4 @@ void add_quantize_commands(CLI::App& app) {
   });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -11,11 +11,11 @@
 #include "util/clock.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct ReportArgs {
-  exp::ReportConfig cfg;
+  ReportConfig cfg;
   std::string part;  // experiment: the one part
   int threads = 0;
   std::string config;
@@ -26,7 +26,7 @@ void run(ReportArgs a) {
   ThreadPool pool(a.threads);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t n = 0;
-  exp::run_report(
+  run_report(
       a.cfg,
       [&](const std::string& line) {
         const double s = seconds_since(t0);
@@ -61,7 +61,7 @@ void add_report_commands(CLI::App& app) {
   auto* c = app.add_subcommand("report", "Run the experiments (matching, KL during RL, speed, sync faults) and write "
                                          "the report: JSON, README.md and plots");
   add_options(c, *r);
-  c->add_option("--parts", r->cfg.parts, "Parts to run")->delimiter(',')->check(CLI::IsMember(exp::report_parts()))
+  c->add_option("--parts", r->cfg.parts, "Parts to run")->delimiter(',')->check(CLI::IsMember(report_parts()))
       ->capture_default_str();
   c->callback([r, c] {
     if (!r->config.empty()) apply_config_file(c, r->config);
@@ -71,7 +71,7 @@ void add_report_commands(CLI::App& app) {
   auto e = std::make_shared<ReportArgs>();
   auto* x = app.add_subcommand("experiment", "Run one experiment of the report and re-render it");
   x->add_option("name", e->part, "matching, rl-kl, speed or faults")->required()
-      ->check(CLI::IsMember(exp::report_parts()));
+      ->check(CLI::IsMember(report_parts()));
   add_options(x, *e);
   x->callback([e, x] {
     if (!e->config.empty()) apply_config_file(x, e->config);
@@ -79,4 +79,4 @@ void add_report_commands(CLI::App& app) {
   });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -16,9 +16,9 @@
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
-using testing_cli::run_mxrl;
+using test::run_mxrl;
 
-class ReportCmd : public testing_cli::SmallModelTest {};
+class ReportCmd : public test::SmallModelTest {};
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);

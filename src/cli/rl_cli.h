@@ -8,10 +8,10 @@
 
 #include "train/grpo.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 struct RlCliArgs {
-  rl::RlConfig cfg;
+  RlConfig cfg;
   std::string out, metrics;
   int64_t log_every = 10;
   int threads = 0;
@@ -20,14 +20,14 @@ struct RlCliArgs {
 };
 
 struct RlCliResult {
-  std::vector<rl::EvalResult> evals;  // before RL first, after RL last
+  std::vector<EvalResult> evals;  // before RL first, after RL last
   double seconds = 0;
   int64_t steps = 0;
 };
 
 // The run-setting options of RL (task, GRPO, sync, checks, learner): the
-// fields of rl::rl_fields(), bound to a.cfg.
+// fields of rl_fields(), bound to a.cfg.
 void add_rl_options(CLI::App* c, RlCliArgs& a);
-RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run);
+RlCliResult run_rl_cli(const RlCliArgs& a, RlRun& run);
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -14,32 +14,32 @@
 #include "util/metrics.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 double num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
 
-std::string checks_summary(const sync::SyncReport& r) {
+std::string checks_summary(const SyncReport& r) {
   if (!r.applied) return "SYNC FAILED";
   int64_t ran = 0, passed = 0;
-  for (const sync::CheckResult& c : r.checks) ran += c.ran, passed += c.ran && c.passed;
+  for (const CheckResult& c : r.checks) ran += c.ran, passed += c.ran && c.passed;
   return ran == 0 ? "checks off" : fmt::format("checks {}/{}", passed, ran);
 }
 }  // namespace
 
-void add_rl_options(CLI::App* c, RlCliArgs& a) { add_options(c, a.cfg, rl::rl_fields()); }
+void add_rl_options(CLI::App* c, RlCliArgs& a) { add_options(c, a.cfg, rl_fields()); }
 
-RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
-  const rl::RlConfig& cfg = run.config();
+RlCliResult run_rl_cli(const RlCliArgs& a, RlRun& run) {
+  const RlConfig& cfg = run.config();
   MetricsSink metrics(a.metrics);
   Progress progress;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return seconds_since(t0); };
   const int64_t first = run.step();
-  rl::RlEvents ev;
-  ev.on_step = [&](const rl::RlStepStats& st) {
+  RlEvents ev;
+  ev.on_step = [&](const RlStepStats& st) {
     metrics.write(st.to_json());
     const double done = static_cast<double>(st.step - first) / static_cast<double>(cfg.steps - first);
     const double eta = done > 0 ? elapsed() * (1 - done) / done : 0;
@@ -58,7 +58,7 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
       for (const std::string& f : st.sync.findings()) fmt::print(stderr, "warning: version {}: {}\n", st.sync.version, f);
     }
   };
-  ev.on_eval = [&](const rl::EvalResult& e) {
+  ev.on_eval = [&](const EvalResult& e) {
     metrics.write(nlohmann::json{{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct},
                                  {"eval_total", e.total}, {"eval_seconds", e.seconds}});
     progress.clear();
@@ -71,9 +71,9 @@ RlCliResult run_rl_cli(const RlCliArgs& a, rl::RlRun& run) {
   };
   fmt::print(stderr,
              "rl: task {}, recipe {}, sampler {} fed by {}{}, {} steps x {} prompts x {} samples, checks {}, {}from step {}\n",
-             run.task().name(), run.learner().plan().name, run.sampler_plan().name, sync::sync_mode_name(cfg.sync),
+             run.task().name(), run.learner().plan().name, run.sampler_plan().name, sync_mode_name(cfg.sync),
              run.last_sync().checks.empty() ? "" : (run.last_sync().passed() ? " (first sync: all checks pass)" : " (first sync: CHECKS FAILED)"),
-             cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, sync::check_mode_name(cfg.checks),
+             cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, check_mode_name(cfg.checks),
              run.colocated() ? "" : fmt::format("{} learner + {} sampler processes, ", a.learners, a.samplers), first);
   metrics.write(nlohmann::json{{"step", first}, {"sync", run.last_sync().to_json()}});
   RlCliResult res;
@@ -102,10 +102,10 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
-  if (!a.resume.empty()) refuse_on_resume(c, rl::rl_fields(), {"--model", "--data"});
-  const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
+  if (!a.resume.empty()) refuse_on_resume(c, rl_fields(), {"--model", "--data"});
+  const RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
                          [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
-  rl::run_rl_job(spec, a.cfg, a.learners, a.samplers, exec, [&](rl::RlRun& run) { run_rl_cli(a, run); });
+  run_rl_job(spec, a.cfg, a.learners, a.samplers, exec, [&](RlRun& run) { run_rl_cli(a, run); });
 }
 }  // namespace
 
@@ -134,4 +134,4 @@ void add_rl_command(CLI::App& app) {
   c->callback([a, c] { run_rl_cmd(*a, c); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -16,10 +16,10 @@
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
-using testing_cli::read_jsonl;
-using testing_cli::run_mxrl;
+using test::read_jsonl;
+using test::run_mxrl;
 
-class RlCmd : public testing_cli::SmallModelTest {};
+class RlCmd : public test::SmallModelTest {};
 
 const std::string kSmall = " --task addition:digits=1 --prompts-per-step 3 --samples-per-prompt 2 --max-new-tokens 3"
                            " --eval-problems 4 --probe-prompts 2 --threads 2";
@@ -167,7 +167,7 @@ TEST_F(RlCmd, FaultsListsEveryFaultAndWritesTheMatrix) {
   r = run_mxrl(dir_, "faults --out " + path("fm") + " --config " + path("faults.toml") + " --dense-model " + model() +
                          " --steps 3 --task addition:digits=1 --threads 2");
   ASSERT_EQ(r.rc, 0) << r.err;
-  const nlohmann::json m = nlohmann::json::parse(testing_cli::slurp(path("fm/faults.json")));
+  const nlohmann::json m = nlohmann::json::parse(test::slurp(path("fm/faults.json")));
   ASSERT_EQ(m["rows"].size(), 2u);
   const nlohmann::json& plan = m["rows"][0];
   EXPECT_EQ(plan["fault"], "drop-experts");
@@ -179,7 +179,7 @@ TEST_F(RlCmd, FaultsListsEveryFaultAndWritesTheMatrix) {
   // The course without checks, per step after the injection (step 3 of 3).
   EXPECT_EQ(stale["per_step"]["reward"]["fault"].size(), 1u);
   EXPECT_EQ(stale["per_step"]["kl_mean"]["clean"].size(), 1u);
-  EXPECT_NE(testing_cli::slurp(path("fm/faults.md")).find("| dense | stale-plan | 5 freshness |"), std::string::npos);
+  EXPECT_NE(test::slurp(path("fm/faults.md")).find("| dense | stale-plan | 5 freshness |"), std::string::npos);
 }
 
 // The run folder is its own: made with the metrics file's folder inside it;
@@ -192,7 +192,7 @@ TEST_F(RlCmd, ARunsFolderIsItsOwn) {
   ASSERT_EQ(r.rc, 0) << r.err;  // neither runs/a nor runs/a/logs existed
   const auto m = read_jsonl(d + "/logs/m.jsonl");
   EXPECT_EQ(std::count_if(m.begin(), m.end(), [](const nlohmann::json& j) { return j.contains("reward_mean"); }), 2);
-  const std::string final_model = testing_cli::slurp(d + "/final/model.safetensors");
+  const std::string final_model = test::slurp(d + "/final/model.safetensors");
 
   r = run_mxrl(dir_, run + " --steps 2" + kSmall);
   EXPECT_EQ(r.rc, 1);
@@ -223,9 +223,9 @@ TEST_F(RlCmd, ARunsFolderIsItsOwn) {
   EXPECT_NE(r.err.find(d + ": removed 2 folders left by an interrupted save: final.partial-xY34zW, "
                            "step-000002.partial-Ab12Cd\n"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(d + "/final.partial-xY34zW"));
-  EXPECT_EQ(testing_cli::slurp(d + "/final/model.safetensors"), final_model);
+  EXPECT_EQ(test::slurp(d + "/final/model.safetensors"), final_model);
   // The lock file names the last holder: this process's child, the command it ran.
-  EXPECT_NE(testing_cli::slurp(d + "/run.lock").find("rl --resume " + d + "/step-000001 --out " + d),
+  EXPECT_NE(test::slurp(d + "/run.lock").find("rl --resume " + d + "/step-000001 --out " + d),
             std::string::npos);
 
   r = run_mxrl(dir_, run + " --steps 1 --overwrite" + kSmall);

@@ -19,7 +19,7 @@
 #include "util/thread_pool.h"
 #include "util/run_dir.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct ScoreArgs {
@@ -37,11 +37,11 @@ std::vector<ScoreRequest> read_requests(const std::string& path, const ModelConf
   std::string line;
   for (int64_t lineno = 1; std::getline(f, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json j = jsonr::parse(line, fmt::format("{}:{}", path, lineno));
+    const nlohmann::json j = json_parse(line, fmt::format("{}:{}", path, lineno));
     if (!j.is_object() || !j.contains("tokens"))
       fail("{}:{}: expected {{\"tokens\": [ids...], \"prompt_len\": k}}", path, lineno);
     ScoreRequest r;
-    r.tokens = jsonr::token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
+    r.tokens = json_token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
     const int64_t len = static_cast<int64_t>(r.tokens.size());
     if (len < 2) fail("{}:{}: a sequence needs at least 2 tokens, got {}", path, lineno, len);
     if (len > cfg.max_position_embeddings)
@@ -49,7 +49,7 @@ std::vector<ScoreRequest> read_requests(const std::string& path, const ModelConf
            cfg.max_position_embeddings);
     r.prompt_len = 1;  // documented default: score every token after the first
     if (j.contains("prompt_len"))
-      r.prompt_len = jsonr::integer(j["prompt_len"], 1, len - 1, fmt::format("{}:{}: \"prompt_len\"", path, lineno));
+      r.prompt_len = json_integer(j["prompt_len"], 1, len - 1, fmt::format("{}:{}: \"prompt_len\"", path, lineno));
     reqs.push_back(std::move(r));
   }
   if (f.bad()) fail("{}: read error", path);
@@ -123,4 +123,4 @@ void add_score_command(CLI::App& app) {
   c->callback([a] { run_score(*a); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -7,9 +7,9 @@
 
 #include "util/error.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
-CLI::Validator within(const settings::Bounds& b) {
+CLI::Validator within(const SettingBounds& b) {
   // As CLI11 names its own checks in --help (INT:POSITIVE=16).
   const bool has_lo = std::isfinite(b.lo), has_hi = std::isfinite(b.hi);
   std::string desc;
@@ -37,4 +37,4 @@ void refuse_given_on_resume(const std::string& flag) {
   fail("--resume continues a run with its original settings; {} cannot be changed", flag);
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -12,23 +12,23 @@
 
 #include "util/settings.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 // A check that a number is within `b`: "must be >= 1, got 0" instead of
 // CLI11's range message. A value that is not a number passes (its conversion
 // reports it).
-CLI::Validator within(const settings::Bounds& b);
-inline CLI::Validator at_least(double lo) { return within(settings::Bounds{lo}); }
-inline CLI::Validator positive() { return within(settings::Bounds{0, settings::Bounds{}.hi, true}); }
+CLI::Validator within(const SettingBounds& b);
+inline CLI::Validator at_least(double lo) { return within(SettingBounds{lo}); }
+inline CLI::Validator positive() { return within(SettingBounds{0, SettingBounds{}.hi, true}); }
 inline CLI::Validator non_negative() { return at_least(0); }
-inline CLI::Validator in_range(double lo, double hi) { return within(settings::Bounds{lo, hi}); }
+inline CLI::Validator in_range(double lo, double hi) { return within(SettingBounds{lo, hi}); }
 
 // Registers the options of the fields of `t` that have a flag, bound to `cfg`
 // (which must outlive the parse).
 template <class C>
-void add_options(CLI::App* c, C& cfg, const settings::Table<C>& t) {
-  using settings::Kind;
-  for (const settings::Field<C>& f : t) {
+void add_options(CLI::App* c, C& cfg, const SettingsTable<C>& t) {
+  using SettingKind;
+  for (const SettingsField<C>& f : t) {
     if (f.flag.empty()) continue;
     const std::string flag = "--" + f.flag;
     CLI::Option* o = nullptr;
@@ -53,9 +53,9 @@ void add_options(CLI::App* c, C& cfg, const settings::Table<C>& t) {
 
 // The flags of `t` given on the command line or by --config ("--lr", ...).
 template <class C>
-std::vector<std::string> given_flags(CLI::App* c, const settings::Table<C>& t) {
+std::vector<std::string> given_flags(CLI::App* c, const SettingsTable<C>& t) {
   std::vector<std::string> out;
-  for (const settings::Field<C>& f : t)
+  for (const SettingsField<C>& f : t)
     if (!f.flag.empty() && c->count("--" + f.flag) > 0) out.push_back("--" + f.flag);
   return out;
 }
@@ -64,11 +64,11 @@ std::vector<std::string> given_flags(CLI::App* c, const settings::Table<C>& t) {
 // setting of `t` (or of `extra`, e.g. --model) that was given anyway.
 [[noreturn]] void refuse_given_on_resume(const std::string& flag);
 template <class C>
-void refuse_on_resume(CLI::App* c, const settings::Table<C>& t, const std::vector<std::string>& extra) {
+void refuse_on_resume(CLI::App* c, const SettingsTable<C>& t, const std::vector<std::string>& extra) {
   std::vector<std::string> given = given_flags(c, t);
   for (const std::string& e : extra)
     if (const CLI::Option* o = c->get_option_no_throw(e); o && o->count() > 0) given.push_back(e);
   if (!given.empty()) refuse_given_on_resume(given.front());
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -15,7 +15,7 @@
 #include "cli/config_file.h"
 #include "util/error.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
@@ -31,14 +31,14 @@ struct Cfg {
   int64_t hidden = 9;
 };
 
-const settings::Table<Cfg>& cfg_fields() {
-  using settings::field;
-  static const settings::Table<Cfg> t = {
+const SettingsTable<Cfg>& cfg_fields() {
+  using setting_field;
+  static const SettingsTable<Cfg> t = {
       field<Cfg>("steps", "Steps", &Cfg::steps).min(1),
       field<Cfg>("lr", "Learning rate", &Cfg::lr).above(0),
       field<Cfg>("ratio", "Ratio", &Cfg::ratio).range(0, 1),
       field<Cfg>("hybrid", "Hybrid", &Cfg::hybrid),
-      settings::enum_field<Cfg>("mode", "Mode", &Cfg::mode, std::vector<Mode>{Mode::Fast, Mode::Slow}, mode_name),
+      setting_enum_field<Cfg>("mode", "Mode", &Cfg::mode, std::vector<Mode>{Mode::Fast, Mode::Slow}, mode_name),
       field<Cfg>("inject", "Faults", &Cfg::inject),
       field<Cfg>("hidden", "No option", &Cfg::hidden).no_cli(),
   };
@@ -158,11 +158,11 @@ TEST(SettingsCli, BadConfigIsOneLineNamingTheFileAndKey) {
 }
 
 TEST(SettingsCli, ResumeRefusesEveryFieldGivenWhetherByFlagOrByConfig) {
-  for (const settings::Field<Cfg>& f : cfg_fields()) {
+  for (const SettingsField<Cfg>& f : cfg_fields()) {
     if (f.flag.empty()) continue;
     std::vector<std::string> args = {"--" + f.flag};
-    if (f.kind == settings::Kind::Enum) args.push_back("slow");
-    else if (f.kind != settings::Kind::Bool) args.push_back("1");
+    if (f.kind == SettingKind::Enum) args.push_back("slow");
+    else if (f.kind != SettingKind::Bool) args.push_back("1");
     const Parsed p = parse(args, /*resume=*/true);
     EXPECT_EQ(p.error, "--resume continues a run with its original settings; --" + f.flag + " cannot be changed");
   }
@@ -175,4 +175,4 @@ TEST(SettingsCli, ResumeRefusesEveryFieldGivenWhetherByFlagOrByConfig) {
 }
 
 }  // namespace
-}  // namespace mxrl::cli
+}  // namespace mxrl

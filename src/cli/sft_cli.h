@@ -8,10 +8,10 @@
 
 #include "train/sft.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 struct SftCliArgs {
-  rl::SftConfig cfg;
+  SftConfig cfg;
   std::string out, metrics;
   int64_t samples = 8, log_every = 10;
   int threads = 0;
@@ -19,15 +19,15 @@ struct SftCliArgs {
 };
 
 struct SftCliResult {
-  rl::EvalResult eval;
+  EvalResult eval;
   double seconds = 0;
   int64_t tokens = 0;
 };
 
 // Registers the run-setting options (task, steps, recipe, optimizer, eval) on
-// c: the fields of rl::sft_fields(), bound to a.cfg.
+// c: the fields of sft_fields(), bound to a.cfg.
 void add_sft_options(CLI::App* c, SftCliArgs& a);
 // Runs `run` to its end with progress on stderr, metrics, and samples on stdout.
-SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run);
+SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run);
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

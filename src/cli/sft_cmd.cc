@@ -16,10 +16,10 @@
 #include "util/metrics.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
-SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
-  const rl::SftConfig& cfg = run.config();
+SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run) {
+  const SftConfig& cfg = run.config();
   MetricsSink metrics(a.metrics);
   Progress progress;
   const auto t0 = std::chrono::steady_clock::now();
@@ -27,7 +27,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   double ema_loss = -1;
   int64_t tokens = 0;
   auto elapsed = [&] { return seconds_since(t0); };
-  rl::SftEvents ev;
+  SftEvents ev;
   ev.on_step = [&](int64_t step, const StepResult& r) {
     tokens += r.tokens;
     ema_loss = ema_loss < 0 ? r.loss : 0.9 * ema_loss + 0.1 * r.loss;
@@ -55,7 +55,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
     else if (step % a.log_every == 0 || step == cfg.steps)
       fmt::print(stderr, "{}\n", line);
   };
-  ev.on_eval = [&](const rl::EvalResult& e) {
+  ev.on_eval = [&](const EvalResult& e) {
     metrics.write(nlohmann::json{{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct}, {"eval_total", e.total},
           {"eval_seconds", e.seconds}});
     progress.clear();
@@ -80,7 +80,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   const int64_t show = std::min<int64_t>(a.samples, static_cast<int64_t>(res.eval.samples.size()));
   if (show > 0) fmt::print("samples (greedy, held-out):\n");
   for (int64_t i = 0; i < show; ++i) {
-    const rl::EvalSample& s = res.eval.samples[i];
+    const EvalSample& s = res.eval.samples[i];
     fmt::print("  {}{}  {}{}\n", s.problem.prompt, s.completion, s.correct ? "ok" : "WRONG, expected ",
                s.correct ? "" : s.problem.answer);
   }
@@ -88,7 +88,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, rl::SftRun& run) {
   return res;
 }
 
-void add_sft_options(CLI::App* c, SftCliArgs& a) { add_options(c, a.cfg, rl::sft_fields()); }
+void add_sft_options(CLI::App* c, SftCliArgs& a) { add_options(c, a.cfg, sft_fields()); }
 
 namespace {
 struct SftCmdArgs : SftCliArgs {
@@ -101,10 +101,10 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
   if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
-  if (!a.resume.empty()) refuse_on_resume(c, rl::sft_fields(), {"--model", "--data"});
-  const rl::RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
+  if (!a.resume.empty()) refuse_on_resume(c, sft_fields(), {"--model", "--data"});
+  const RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
                          [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
-  rl::SftSession s = rl::open_sft(spec, a.cfg, exec);
+  SftSession s = open_sft(spec, a.cfg, exec);
   run_sft_cli(a, s.run);
 }
 }  // namespace
@@ -129,4 +129,4 @@ void add_sft_command(CLI::App& app) {
   c->callback([a, c] { run_sft_cmd(*a, c); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

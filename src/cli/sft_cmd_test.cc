@@ -12,11 +12,11 @@
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
-using testing_cli::read_jsonl;
-using testing_cli::run_mxrl;
-using testing_cli::slurp;
+using test::read_jsonl;
+using test::run_mxrl;
+using test::slurp;
 
-class SftCmd : public testing_cli::SmallModelTest {};
+class SftCmd : public test::SmallModelTest {};
 
 TEST_F(SftCmd, TrainsWritesMetricsAndCheckpointsAndResumesBitwise) {
   const std::string common = " --task addition:digits=2 --batch-size 8 --micro-batch-tokens 48 --lr 2e-3 --warmup 1"

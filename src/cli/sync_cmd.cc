@@ -18,7 +18,7 @@
 #include "util/thread_pool.h"
 #include "util/run_dir.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct ExportArgs {
@@ -41,23 +41,23 @@ struct InspectArgs {
 
 void run_export(const ExportArgs& a) {
   make_parent_dirs(a.out);
-  const sync::SyncMode mode = sync::parse_sync_mode(a.sync);
+  const SyncMode mode = parse_sync_mode(a.sync);
   Recipe recipe;
   recipe.plan = a.recipe, recipe.hybrid = a.hybrid, recipe.floor = a.floor;
   const PrecisionPlan learner_plan = recipe.precision_plan();
-  if (mode == sync::SyncMode::Requantize && !a.sampler_plan.empty())
+  if (mode == SyncMode::Requantize && !a.sampler_plan.empty())
     fail("--sampler-plan applies only with --sync ship (a requantize bundle is for any sampler plan)");
   const PrecisionPlan sampler_plan = a.sampler_plan.empty() ? learner_plan : PrecisionPlan::resolve(a.sampler_plan);
-  if (mode == sync::SyncMode::Ship)  // before loading the weights
-    sync::check_ship_compatible(learner_plan, sampler_plan, ModelConfig::load(a.model + "/config.json"));
+  if (mode == SyncMode::Ship)  // before loading the weights
+    check_ship_compatible(learner_plan, sampler_plan, ModelConfig::load(a.model + "/config.json"));
   const Checkpoint ck = load_checkpoint(a.model);
   ThreadPool pool(a.threads);
-  const sync::Bundle b = sync::export_bundle(ck.params, learner_plan, mode, sampler_plan, a.version, {&pool});
-  sync::write_bundle(b, a.out);
+  const Bundle b = export_bundle(ck.params, learner_plan, mode, sampler_plan, a.version, {&pool});
+  write_bundle(b, a.out);
   int64_t bytes = 0;
   for (const TensorDigest& d : b.manifest) bytes += d.bytes;
   fmt::print("wrote {}: {} bundle v{}, recipe {}, plan {}, {} tensors, {} payload bytes\n", a.out,
-             sync::sync_mode_name(b.mode), b.version, b.recipe, b.plan, b.manifest.size(), bytes);
+             sync_mode_name(b.mode), b.version, b.recipe, b.plan, b.manifest.size(), bytes);
 }
 
 // The names of the faults a weight dump can show (conditions 1-4).
@@ -71,15 +71,15 @@ std::vector<std::string> dump_fault_names() {
 void run_dump(const DumpArgs& a) {
   make_parent_dirs(a.out);
   if (!a.previous_out.empty()) make_parent_dirs(a.previous_out);
-  const sync::SyncMode mode = sync::parse_sync_mode(a.sync);
-  const sync::Naming naming = sync::parse_naming(a.naming);
+  const SyncMode mode = parse_sync_mode(a.sync);
+  const Naming naming = parse_naming(a.naming);
   Recipe recipe;
   recipe.plan = a.recipe, recipe.hybrid = a.hybrid, recipe.floor = a.floor;
   const PrecisionPlan plan = recipe.precision_plan();
   const ModelConfig cfg = ModelConfig::load(a.model + "/config.json");
-  sync::SyncSettings s;
+  SyncSettings s;
   s.mode = mode;
-  s.checks = sync::CheckMode::Warn;
+  s.checks = CheckMode::Warn;
   s.agreement_every = 0;  // conditions 1-4 are what a dump shows
   const FaultPlan faults = a.fault.empty() ? FaultPlan{} : FaultPlan::parse({a.fault});
   check_faults_apply(faults, cfg, plan, plan, mode);
@@ -90,33 +90,33 @@ void run_dump(const DumpArgs& a) {
   // The sampler serves version 0 (the previous checkpoint, else this one) and receives version 1.
   const ParamTable before = a.previous_model.empty() ? ck.params : load_checkpoint(a.previous_model).params;
   Engine engine(std::make_shared<const Model>(before, plan, exec), 0, {}, exec);
-  if (!a.previous_out.empty()) sync::write_dump(engine.model(), naming, a.previous_out);
+  if (!a.previous_out.empty()) write_dump(engine.model(), naming, a.previous_out);
   const Model learner(ck.params, plan, exec);
-  sync::Probe probe;
+  Probe probe;
   probe.tokens = {{0, 1}};
   probe.prompt_len = {1};
-  const sync::SyncReport r = sync::sync_weights(learner, ck.params, engine, 1, s, probe, {}, 0, {}, exec);
+  const SyncReport r = sync_weights(learner, ck.params, engine, 1, s, probe, {}, 0, {}, exec);
   if (!r.applied) fail("sync dump: the sampler refused version 1: {}", r.error);
-  sync::write_dump(engine.model(), naming, a.out);
+  write_dump(engine.model(), naming, a.out);
   std::vector<std::string> failed;
-  for (const sync::CheckResult& c : r.checks)
+  for (const CheckResult& c : r.checks)
     if (c.ran && !c.passed) failed.push_back(c.name);
   fmt::print("wrote {}: {} dump of the sampler after {} sync v1 (recipe {}){}; the in-process checks {}\n", a.out,
-             sync::naming_name(naming), sync::sync_mode_name(mode), plan.name,
+             naming_name(naming), sync_mode_name(mode), plan.name,
              a.fault.empty() ? "" : fmt::format(", fault {}", a.fault),
              failed.empty() ? std::string("passed") : fmt::format("failed {}", fmt::join(failed, ", ")));
 }
 
 void run_inspect(const InspectArgs& a) {
-  const sync::Bundle b = sync::read_bundle(a.bundle);
+  const Bundle b = read_bundle(a.bundle);
   if (a.json) {
-    fmt::print("{}\n", sync::bundle_summary(b).dump(2));
+    fmt::print("{}\n", bundle_summary(b).dump(2));
     return;
   }
   int64_t bytes = 0;
   for (const TensorDigest& d : b.manifest) bytes += d.bytes;
   fmt::print("{}: {} v{}, {} bundle, recipe {}, plan {}, {} tensors, {} payload bytes (verified)\n", a.bundle,
-             sync::kBundleFormat, b.version, sync::sync_mode_name(b.mode), b.recipe, b.plan, b.manifest.size(), bytes);
+             kBundleFormat, b.version, sync_mode_name(b.mode), b.recipe, b.plan, b.manifest.size(), bytes);
   for (const TensorDigest& d : b.manifest)
     fmt::print("{} {} {} [{}] {} {} {:016x}\n", d.name, d.part, d.dtype, fmt::join(d.shape, ", "), d.precision,
                d.bytes, d.xxh3);
@@ -173,4 +173,4 @@ void add_sync_command(CLI::App& app) {
   in->callback([i] { run_inspect(*i); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

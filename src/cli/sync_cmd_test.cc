@@ -13,10 +13,10 @@
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
-using testing_cli::run_mxrl;
-using testing_cli::slurp;
+using test::run_mxrl;
+using test::slurp;
 
-class SyncCmd : public testing_cli::SmallModelTest {};
+class SyncCmd : public test::SmallModelTest {};
 
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 

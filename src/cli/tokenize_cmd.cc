@@ -13,7 +13,7 @@
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 
@@ -22,9 +22,9 @@ struct TokenizeArgs {
   bool decode = false;
 };
 
-std::string process_line(const tok::Tokenizer& tk, const std::string& line, bool decode) {
+std::string process_line(const Tokenizer& tk, const std::string& line, bool decode) {
   using nlohmann::json;
-  const json j = jsonr::parse(line, "");
+  const json j = json_parse(line, "");
   if (!decode) {
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       fail("expected an object with \"text\" (a string)");
@@ -33,12 +33,12 @@ std::string process_line(const tok::Tokenizer& tk, const std::string& line, bool
   }
   if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
     fail("expected an object with \"ids\" (an array of token ids)");
-  const std::vector<int32_t> ids = jsonr::token_ids(j["ids"], int64_t{1} << 31, "\"ids\"");
+  const std::vector<int32_t> ids = json_token_ids(j["ids"], int64_t{1} << 31, "\"ids\"");
   return json{{"text", tk.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 void run_tokenize(const TokenizeArgs& a) {
-  const tok::Tokenizer tk = tok::Tokenizer::load(a.tokenizer);
+  const Tokenizer tk = Tokenizer::load(a.tokenizer);
   std::string line;
   for (size_t n = 1; std::getline(std::cin, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -67,4 +67,4 @@ void add_tokenize_command(CLI::App& app) {
   c->callback([a] { run_tokenize(*a); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

@@ -22,8 +22,8 @@ using nlohmann::json;
 
 const std::string kQwen = MXRL_SHARED_DIR "/data/qwen3-tokenizer";
 
-using testing_cli::CmdResult;
-using testing_cli::slurp;
+using test::CmdResult;
+using test::slurp;
 
 class TokenizeCmd : public ::testing::Test {
  protected:
@@ -38,7 +38,7 @@ class TokenizeCmd : public ::testing::Test {
 
   // Runs `mxrl ARGS` with `input` on stdin.
   CmdResult run(const std::string& args, const std::string& input = "") {
-    return testing_cli::run_mxrl(dir_, args, input);
+    return test::run_mxrl(dir_, args, input);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
@@ -74,7 +74,7 @@ TEST_F(TokenizeCmd, DecodesAndTakesATokenizerFile) {
 }
 
 TEST_F(TokenizeCmd, CharTokenizerFile) {
-  tok::make_char_tokenizer("0123456789+=", {"<eos>"}).save(path("char.json"));
+  make_char_tokenizer("0123456789+=", {"<eos>"}).save(path("char.json"));
   const CmdResult r = run("tokenize --tokenizer " + path("char.json"), "{\"text\": \"12+3=15<eos>\"}\n");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "{\"ids\":[1,2,10,3,11,1,5,12]}\n");

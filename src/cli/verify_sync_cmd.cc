@@ -12,7 +12,7 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::cli {
+namespace mxrl {
 
 namespace {
 struct VerifyArgs {
@@ -22,30 +22,30 @@ struct VerifyArgs {
 };
 
 void run_verify(const VerifyArgs& a) {
-  const sync::Naming naming = sync::parse_naming(a.naming);
+  const Naming naming = parse_naming(a.naming);
   Recipe recipe;
   recipe.plan = a.recipe, recipe.hybrid = a.hybrid, recipe.floor = a.floor;
   const PrecisionPlan plan = recipe.precision_plan();
   const Checkpoint ck = load_checkpoint(a.learner);
   ThreadPool pool(a.threads);
-  const std::vector<TensorDigest> live = sync::read_dump_manifest(a.dump, ck.config, plan, naming);
+  const std::vector<TensorDigest> live = read_dump_manifest(a.dump, ck.config, plan, naming);
   std::vector<TensorDigest> previous;
-  if (!a.previous.empty()) previous = sync::read_dump_manifest(a.previous, ck.config, plan, naming);
-  const std::vector<sync::CheckResult> r = sync::verify_dump_since(ck.params, plan, a.dump, naming, previous, {&pool});
+  if (!a.previous.empty()) previous = read_dump_manifest(a.previous, ck.config, plan, naming);
+  const std::vector<CheckResult> r = verify_dump_since(ck.params, plan, a.dump, naming, previous, {&pool});
   std::vector<std::string> failed;
-  for (const sync::CheckResult& c : r)
+  for (const CheckResult& c : r)
     if (!c.passed) failed.push_back(fmt::format("{} ({} finding{})", c.name, c.findings.size(), c.findings.size() == 1 ? "" : "s"));
   if (a.json) {
     nlohmann::json j = {{"dump", a.dump},         {"naming", a.naming},      {"learner", a.learner},
                         {"plan", plan.name},      {"tensors", live.size()},  {"passed", failed.empty()},
                         {"checks", nlohmann::json::array()}};
-    for (const sync::CheckResult& c : r)
+    for (const CheckResult& c : r)
       j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"findings", c.findings}});
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{} ({} naming, {} tensor parts) against {} under {}{}:\n", a.dump, a.naming, live.size(), a.learner,
                plan.name, a.previous.empty() ? "" : fmt::format(", previous {}", a.previous));
-    for (const sync::CheckResult& c : r) {
+    for (const CheckResult& c : r) {
       fmt::print("  {:<11} {}\n", c.name, c.passed ? "PASS" : "FAIL");
       for (const std::string& f : c.findings) fmt::print("    {}\n", f);
     }
@@ -83,4 +83,4 @@ void add_verify_sync_command(CLI::App& app) {
   c->callback([a] { run_verify(*a); });
 }
 
-}  // namespace mxrl::cli
+}  // namespace mxrl

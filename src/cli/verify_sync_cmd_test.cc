@@ -15,10 +15,10 @@
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
-using testing_cli::run_mxrl;
-using testing_cli::slurp;
+using test::run_mxrl;
+using test::slurp;
 
-class VerifySyncCmd : public testing_cli::SmallModelTest {};
+class VerifySyncCmd : public test::SmallModelTest {};
 
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }

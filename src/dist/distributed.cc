@@ -18,7 +18,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 using nlohmann::json;
 
@@ -52,15 +52,15 @@ std::vector<Sequence> read_sequences(ByteReader& r) {
   return b;
 }
 
-void write_probe(ByteWriter& w, const sync::Probe& p) {
+void write_probe(ByteWriter& w, const Probe& p) {
   w.put<uint64_t>(p.tokens.size());
   for (const auto& t : p.tokens) w.put_vec(t);
   w.put_vec(p.prompt_len);
   w.put<float>(p.temperature);
 }
 
-sync::Probe read_probe(ByteReader& r) {
-  sync::Probe p;
+Probe read_probe(ByteReader& r) {
+  Probe p;
   const uint64_t n = r.get<uint64_t>();
   if (n > (uint64_t{1} << 24)) fail("probe: {} sequences is out of range", n);
   for (uint64_t i = 0; i < n; ++i) p.tokens.push_back(r.get_vec<int32_t>());
@@ -70,8 +70,8 @@ sync::Probe read_probe(ByteReader& r) {
   return p;
 }
 
-sync::SyncReport report_from_json(const json& j) {
-  sync::SyncReport r;
+SyncReport report_from_json(const json& j) {
+  SyncReport r;
   r.version = j.at("version").get<uint64_t>();
   r.applied = j.at("applied").get<bool>();
   r.bytes = j.at("bytes").get<int64_t>();
@@ -79,10 +79,10 @@ sync::SyncReport report_from_json(const json& j) {
   r.apply_seconds = j.at("apply_s").get<double>();
   r.check_seconds = j.at("checks_s").get<double>();
   if (j.contains("error")) r.error = j["error"].get<std::string>();
-  for (const std::string& name : sync::check_names()) {
+  for (const std::string& name : check_names()) {
     if (!j.at("checks").contains(name)) continue;
     const json& c = j["checks"][name];
-    sync::CheckResult cr;
+    CheckResult cr;
     cr.name = name;
     cr.ran = true;
     cr.passed = c.at("passed").get<bool>();
@@ -96,13 +96,13 @@ sync::SyncReport report_from_json(const json& j) {
 
 // The samplers' reports as one: applied and passed only if every rank's is;
 // findings prefixed with their rank when there are several.
-sync::SyncReport merge_reports(const std::vector<std::pair<int, sync::SyncReport>>& rs) {
-  sync::SyncReport m = rs.front().second;
+SyncReport merge_reports(const std::vector<std::pair<int, SyncReport>>& rs) {
+  SyncReport m = rs.front().second;
   const bool several = rs.size() > 1;
   m.applied = true;
   m.error.clear();
   m.checks.clear();
-  std::map<std::string, sync::CheckResult> by_name;
+  std::map<std::string, CheckResult> by_name;
   std::vector<std::string> order;
   for (const auto& [rank, r] : rs) {
     const std::string who = several ? fmt::format("rank {}: ", rank) : "";
@@ -110,14 +110,14 @@ sync::SyncReport merge_reports(const std::vector<std::pair<int, sync::SyncReport
     if (!r.error.empty()) m.error += (m.error.empty() ? "" : "; ") + who + r.error;
     m.apply_seconds = std::max(m.apply_seconds, r.apply_seconds);
     m.check_seconds = std::max(m.check_seconds, r.check_seconds);
-    for (const sync::CheckResult& c : r.checks) {
+    for (const CheckResult& c : r.checks) {
       auto it = by_name.find(c.name);
       if (it == by_name.end()) {
         order.push_back(c.name);
         it = by_name.emplace(c.name, c).first;
         it->second.findings.clear();
       }
-      sync::CheckResult& t = it->second;
+      CheckResult& t = it->second;
       t.passed = t.passed && c.passed;
       t.seconds = std::max(t.seconds, c.seconds);
       for (const std::string& f : c.findings) t.findings.push_back(who + f);
@@ -140,12 +140,12 @@ PrecisionPlan sampler_plan_of(const RlConfig& cfg) {
 }  // namespace
 
 struct Cluster::State {
-  mpi::Comm learners, samplers;  // rank 0 is world rank 0 in both
+  MpiComm learners, samplers;  // rank 0 is world rank 0 in both
   int L = 1, S = 1;
   // Rank 0.
   json cfg_json;
   FaultPlan faults;
-  std::shared_ptr<sync::ChunkSender> sender;
+  std::shared_ptr<ChunkSender> sender;
   bool samplers_ready = false;
   int64_t pending_step = -1;  // a rollout in flight (sent, not yet gathered)
   int64_t gathered_step = -1; // a rollout gathered early (before a sync), not yet handed out
@@ -196,7 +196,7 @@ struct Cluster::State {
     return out;
   }
 
-  void init_samplers(const sync::SyncSettings& s, const sync::Probe& probe) {
+  void init_samplers(const SyncSettings& s, const Probe& probe) {
     ByteWriter w;
     w.put<uint8_t>(kInit);
     w.put_str(cfg_json.dump());
@@ -206,26 +206,26 @@ struct Cluster::State {
     samplers_ready = true;
   }
 
-  sync::SyncReport sync(Learner& learner, const sync::SyncSettings& s, const sync::Probe& probe, uint64_t v,
+  SyncReport sync(Learner& learner, const SyncSettings& s, const Probe& probe, uint64_t v,
                         json& ranks, const Exec& exec) {
     busy = true;
     gather_pending();
     if (!samplers_ready) init_samplers(s, probe);
     const PrecisionPlan& plan = *s.sampler_plan;
     auto t0 = Clock::now();
-    const std::vector<std::byte> bytes = sync::build_bundle_bytes(learner.model(), learner.params(), plan, v, s, exec);
-    const std::vector<sync::ChunkFrame> frames = sender->frames(bytes, v, s.hooks.channel.get());
+    const std::vector<std::byte> bytes = build_bundle_bytes(learner.model(), learner.params(), plan, v, s, exec);
+    const std::vector<ChunkFrame> frames = sender->frames(bytes, v, s.hooks.channel.get());
     const double build = seconds_since(t0);  // the bundle and its chunk headers
     ByteWriter w;
     w.put<uint8_t>(kSync);
     w.put<uint64_t>(v);
     w.put<uint64_t>(frames.size());
     samplers.bcast(w.bytes(), 0);
-    mpi::bcast_chunks(samplers, 0, frames);
+    bcast_chunks(samplers, 0, frames);
     double reference_s = 0;
-    if (s.checks != sync::CheckMode::Off) {
+    if (s.checks != CheckMode::Off) {
       t0 = Clock::now();
-      const sync::CheckReference ref = sync::learner_reference(learner.model(), learner.params(), plan, v, s, probe, exec);
+      const CheckReference ref = learner_reference(learner.model(), learner.params(), plan, v, s, probe, exec);
       ByteWriter rw;
       rw.put_str(digests_to_json(ref.manifest).dump());
       rw.put<uint8_t>(ref.agreement ? 1 : 0);
@@ -234,7 +234,7 @@ struct Cluster::State {
       samplers.bcast(rw.bytes(), 0);
       reference_s = seconds_since(t0);
     }
-    std::vector<std::pair<int, sync::SyncReport>> reports;
+    std::vector<std::pair<int, SyncReport>> reports;
     ranks = json::array();
     for (int i = 1; i <= S; ++i) {
       const std::vector<std::byte> b = samplers.recv(i, kReport);
@@ -248,7 +248,7 @@ struct Cluster::State {
       ranks.push_back(j);
       reports.emplace_back(L - 1 + i, report_from_json(j));
     }
-    sync::SyncReport m = merge_reports(reports);
+    SyncReport m = merge_reports(reports);
     m.bytes = static_cast<int64_t>(bytes.size());
     m.build_seconds = build;
     m.check_seconds += reference_s;
@@ -314,8 +314,8 @@ Cluster::Cluster(int learners, int samplers) : learners_(learners), st_(std::mak
          samplers, learners + samplers, size, learners + samplers);
   st_->L = learners, st_->S = samplers;
   const bool learner = world_rank_ < learners;
-  st_->learners = mpi::Comm::split(MPI_COMM_WORLD, learner ? 0 : MPI_UNDEFINED, world_rank_);
-  st_->samplers = mpi::Comm::split(MPI_COMM_WORLD, world_rank_ == 0 || !learner ? 1 : MPI_UNDEFINED, world_rank_);
+  st_->learners = MpiComm::split(MPI_COMM_WORLD, learner ? 0 : MPI_UNDEFINED, world_rank_);
+  st_->samplers = MpiComm::split(MPI_COMM_WORLD, world_rank_ == 0 || !learner ? 1 : MPI_UNDEFINED, world_rank_);
 }
 
 Cluster::~Cluster() = default;
@@ -330,7 +330,7 @@ std::shared_ptr<RlRemote> Cluster::remote(const Exec& exec) {
     st->busy = true;
     st->cfg_json = run.config().to_json();
     st->faults = FaultPlan::parse(run.config().inject);
-    st->sender = std::make_shared<sync::ChunkSender>(static_cast<size_t>(run.config().sync_chunk_bytes));
+    st->sender = std::make_shared<ChunkSender>(static_cast<size_t>(run.config().sync_chunk_bytes));
     st->learner = &run.learner();
     // The learners start from rank 0's state: settings, masters, moments.
     ByteWriter w;
@@ -347,7 +347,7 @@ std::shared_ptr<RlRemote> Cluster::remote(const Exec& exec) {
   r->generate = [st](int64_t step, const std::vector<GenerationRequest>& reqs) { return st->collect(step, reqs); };
   r->prefetch = [st](int64_t step, const std::vector<GenerationRequest>& reqs) { st->send_generate(step, reqs); };
   r->train = [st](Learner& l, const std::vector<Sequence>& b, float t) { return st->train(l, b, t); };
-  r->sync = [st, exec](Learner& l, const sync::SyncSettings& s, const sync::Probe& probe, uint64_t v, json& ranks) {
+  r->sync = [st, exec](Learner& l, const SyncSettings& s, const Probe& probe, uint64_t v, json& ranks) {
     return st->sync(l, s, probe, v, ranks, exec);
   };
   return r;
@@ -373,7 +373,7 @@ void Cluster::stop(bool compare_weights) {
 
 namespace {
 
-void serve_learner(mpi::Comm& comm, const Exec& exec) {
+void serve_learner(MpiComm& comm, const Exec& exec) {
   std::unique_ptr<Learner> learner;
   for (;;) {
     const std::vector<std::byte> msg = comm.bcast({}, 0);
@@ -420,13 +420,13 @@ void serve_learner(mpi::Comm& comm, const Exec& exec) {
   }
 }
 
-void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank, const Exec& exec) {
+void serve_sampler(MpiComm& comm, int world_rank, int first_sampler_world_rank, const Exec& exec) {
   const int index = comm.rank() - 1, count = comm.size() - 1;  // this sampler among the samplers
   std::unique_ptr<Engine> engine;
   RlConfig cfg;
   PrecisionPlan plan;
-  sync::SyncSettings settings;
-  sync::Probe probe;
+  SyncSettings settings;
+  Probe probe;
   FaultPlan faults;
   FaultSeams hooks;
   ModelConfig model_cfg;
@@ -473,8 +473,8 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
     const uint64_t v = r.get<uint64_t>();
     const uint64_t n = r.get<uint64_t>();
     r.expect_done();
-    sync::Staging staging(v, "transfer");
-    std::string refused = mpi::bcast_chunks(comm, 0, n, staging, [&](uint64_t i) {
+    Staging staging(v, "transfer");
+    std::string refused = bcast_chunks(comm, 0, n, staging, [&](uint64_t i) {
       if (i == n / 2 && world_rank == first_sampler_world_rank && faults.active(Fault::SamplerKilled, v)) {
         std::fprintf(stderr, "mxrl rl: %s: killed half way through the bundle of version %llu (fault sampler-killed)\n",
                      who.c_str(), static_cast<unsigned long long>(v));
@@ -493,11 +493,11 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
     if (!engine) {
       // The first version builds the engine (then is applied to it as every later one).
       if (!refused.empty()) fail("the first bundle (version {}) was refused: {}", v, refused);
-      const sync::Bundle bundle = sync::parse_bundle(bytes, fmt::format("bundle v{}", v));
+      const Bundle bundle = parse_bundle(bytes, fmt::format("bundle v{}", v));
       model_cfg = ModelConfig::from_json(bundle.config, fmt::format("bundle v{}: config", v));
-      auto model = bundle.mode == sync::SyncMode::Ship
-                       ? std::make_shared<const Model>(Model::from_shipment(model_cfg, plan, sync::bundle_to_shipment(bundle, model_cfg), exec))
-                       : std::make_shared<const Model>(sync::bundle_to_params(bundle, model_cfg), plan, exec);
+      auto model = bundle.mode == SyncMode::Ship
+                       ? std::make_shared<const Model>(Model::from_shipment(model_cfg, plan, bundle_to_shipment(bundle, model_cfg), exec))
+                       : std::make_shared<const Model>(bundle_to_params(bundle, model_cfg), plan, exec);
       EngineOptions opt;
       opt.record_logits = true;
       engine = std::make_unique<Engine>(std::move(model), std::numeric_limits<uint64_t>::max(), opt, exec, hooks.engine);
@@ -510,7 +510,7 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
     auto reference = [&] {
       const std::vector<std::byte> b = comm.bcast({}, 0);
       ByteReader rd(b, "check reference of version " + std::to_string(v));
-      sync::CheckReference ref;
+      CheckReference ref;
       ref.manifest = digests_from_json(json::parse(rd.get_str()));
       ref.agreement = rd.get<uint8_t>() != 0;
       const uint64_t rows = rd.get<uint64_t>();
@@ -518,8 +518,8 @@ void serve_sampler(mpi::Comm& comm, int world_rank, int first_sampler_world_rank
       rd.expect_done();
       return ref;
     };
-    const sync::SyncReport rep =
-        sync::apply_and_check(*engine, v, receive, reference, settings, probe, last_rollout, last_rollout_version, exec);
+    const SyncReport rep =
+        apply_and_check(*engine, v, receive, reference, settings, probe, last_rollout, last_rollout_version, exec);
     comm.send(as_bytes(rep.to_json().dump()), 0, kReport);
   }
 }
@@ -554,7 +554,7 @@ void run_rl_job(const RunSpec& spec, const RlConfig& cfg, int learners, int samp
   if (spec.resume.empty()) (void)task_of(spec, cfg.task);  // refused before MPI starts
   // mpirun -np L+S mxrl rl ... --learners L --samplers S: rank 0 runs the
   // loop with the cluster doing rollout, training and sync; the others serve.
-  mpi::Session session(nullptr, nullptr);
+  MpiSession session(nullptr, nullptr);
   Cluster cluster(learners, samplers);
   if (!cluster.coordinator()) return cluster.serve(exec);
   std::optional<RlSession> run;  // outlives stop(), which compares the learners' weights with its own
@@ -569,4 +569,4 @@ void run_rl_job(const RunSpec& spec, const RlConfig& cfg, int learners, int samp
   cluster.stop();
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

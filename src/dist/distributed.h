@@ -38,7 +38,7 @@
 #include "dist/mpi_channel.h"
 #include "util/exec.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 class Cluster {
  public:
@@ -79,4 +79,4 @@ class Cluster {
 void run_rl_job(const RunSpec& spec, const RlConfig& cfg, int learners, int samplers, const Exec& exec,
                 const std::function<void(RlRun&)>& body);
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -14,16 +14,16 @@
 
 #include "sync/transport.h"
 
-namespace mxrl::mpi {
+namespace mxrl {
 
 // MPI_Init_thread (funneled: only the main thread calls MPI) and Finalize.
 // MPI's errors return codes (MPI_ERRORS_RETURN), which throw mxrl::Error.
-class Session {
+class MpiSession {
  public:
-  Session(int* argc, char*** argv);
-  ~Session();
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
   static bool initialized();
@@ -32,12 +32,12 @@ class Session {
   int rank_ = 0, size_ = 1;
 };
 
-class Comm {
+class MpiComm {
  public:
-  Comm() = default;
-  explicit Comm(MPI_Comm c);
+  MpiComm() = default;
+  explicit MpiComm(MPI_Comm c);
   // Splits `parent` by color (MPI_UNDEFINED: this rank gets no communicator).
-  static Comm split(MPI_Comm parent, int color, int key);
+  static MpiComm split(MPI_Comm parent, int color, int key);
   bool valid() const { return comm_ != MPI_COMM_NULL; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -61,11 +61,11 @@ class Comm {
 // `frames`; the others receive `count` chunks into `staging`, and return the
 // first refusal ("" if none; after one, the rest are received and dropped,
 // so every rank stays in step). `before(i)` runs before chunk i arrives.
-void bcast_chunks(const Comm& c, int root, const std::vector<sync::ChunkFrame>& frames);
-std::string bcast_chunks(const Comm& c, int root, uint64_t count, sync::Staging& staging,
+void bcast_chunks(const MpiComm& c, int root, const std::vector<ChunkFrame>& frames);
+std::string bcast_chunks(const MpiComm& c, int root, uint64_t count, Staging& staging,
                          const std::function<void(uint64_t)>& before = {});
 
 // Throws mxrl::Error naming `what` when an MPI call fails.
-void check(int rc, const char* what);
+void mpi_check(int rc, const char* what);
 
-}  // namespace mxrl::mpi
+}  // namespace mxrl

@@ -11,7 +11,7 @@
 #include "testing/model_dir.h"
 #include "testing/small_config.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 namespace {
 
 std::vector<PromptSums> sums(const std::vector<std::pair<int64_t, double>>& tokens_kl) {
@@ -79,24 +79,24 @@ Totals total(const std::vector<PromptSums>& p) {
 
 TEST(Experiments, MatchingOnGridIsExactAndEverythingElseIsNot) {
   for (bool moe : {false, true}) {
-    const std::string dir = rl::testing::make_model_dir(moe ? "exp_moe" : "exp_dense", small_test_config(moe));
+    const std::string dir = test::make_model_dir(moe ? "exp_moe" : "exp_dense", small_test_config(moe));
     MatchingConfig cfg;
     cfg.task = "addition:digits=2";
     cfg.probe_prompts = 6;
     cfg.samples_per_prompt = 2;
     cfg.max_new_tokens = 6;
-    const MatchSetup on_grid{"mxfp8", "mxfp8", "mxfp8", sync::SyncMode::Ship};
+    const MatchSetup on_grid{"mxfp8", "mxfp8", "mxfp8", SyncMode::Ship};
     const Totals shared = total(measure_matching(dir, on_grid, cfg, 0));
     ASSERT_GT(shared.tokens, 0);
     EXPECT_EQ(shared.unequal, 0) << "moe " << moe;
     EXPECT_EQ(shared.kl, 0.0);
     // Requantizing the BF16 copies under the learner's own plan lands on the same codes.
-    const Totals rq = total(measure_matching(dir, {"rq", "mxfp8", "mxfp8", sync::SyncMode::Requantize}, cfg, 0));
+    const Totals rq = total(measure_matching(dir, {"rq", "mxfp8", "mxfp8", SyncMode::Requantize}, cfg, 0));
     EXPECT_EQ(rq.unequal, 0);
     const Totals foreign = total(measure_matching(dir, on_grid, cfg, 4));
     EXPECT_GT(foreign.unequal, 0) << "moe " << moe;
     EXPECT_GT(foreign.kl, 0.0);
-    const Totals bf16 = total(measure_matching(dir, {"bf16", "mxfp8", "bf16", sync::SyncMode::Ship}, cfg, 0));
+    const Totals bf16 = total(measure_matching(dir, {"bf16", "mxfp8", "bf16", SyncMode::Ship}, cfg, 0));
     EXPECT_GT(bf16.unequal, 0);
     EXPECT_GT(bf16.kl, 0.0);
     std::filesystem::remove_all(dir);
@@ -104,4 +104,4 @@ TEST(Experiments, MatchingOnGridIsExactAndEverythingElseIsNot) {
 }
 
 }  // namespace
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -13,7 +13,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 namespace {
 using json = nlohmann::json;
@@ -26,10 +26,10 @@ double mean(const std::vector<double>& v) {
 }
 double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
-RunTrace run_one(const std::string& model, rl::RlConfig cfg, int64_t inject_step, const Exec& exec) {
+RunTrace run_one(const std::string& model, RlConfig cfg, int64_t inject_step, const Exec& exec) {
   RunTrace t;
-  rl::RlEvents ev;
-  ev.on_step = [&](const rl::RlStepStats& s) {
+  RlEvents ev;
+  ev.on_step = [&](const RlStepStats& s) {
     const double kl = s.mismatch.value("kl_mean", 0.0), dl = s.mismatch.value("abs_dlogp_max", 0.0);
     if (!std::isfinite(s.reward_mean) || !std::isfinite(kl) || !std::isfinite(dl) || !std::isfinite(s.grad_norm))
       t.nan = true;
@@ -38,19 +38,19 @@ RunTrace run_one(const std::string& model, rl::RlConfig cfg, int64_t inject_step
     t.kl_mean.push_back(kl);
     t.abs_dlogp_max.push_back(dl);
   };
-  ev.on_sync = [&](const sync::SyncReport& r) {
+  ev.on_sync = [&](const SyncReport& r) {
     if (!r.error.empty()) t.sync_errors.push_back(fmt::format("v{}: {}", r.version, r.error));
-    for (const sync::CheckResult& c : r.checks)
+    for (const CheckResult& c : r.checks)
       if (c.ran && !c.passed && !t.first_fired.count(c.name)) {
         t.first_fired[c.name] = static_cast<int64_t>(r.version);
         t.first_finding[c.name] = c.findings.empty() ? "" : c.findings.front();
       }
   };
   try {
-    rl::RlRun run = rl::RlRun::start(model, cfg, exec);
+    RlRun run = RlRun::start(model, cfg, exec);
     // start() made the first sync already (version 0): it is clean by construction.
     while (run.step() < cfg.steps) {
-      const rl::RlStepStats s = run.step_once(ev);
+      const RlStepStats s = run.step_once(ev);
       ev.on_step(s);
     }
   } catch (const std::exception& e) {
@@ -166,9 +166,9 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
     const std::string kv_plan = p.recipe.size() > 5 && p.recipe.substr(p.recipe.size() - 5) == ".toml"
                                     ? p.recipe.substr(0, p.recipe.size() - 5) + "-fp8kv.toml"
                                     : p.recipe + "+fp8kv";
-    std::map<std::pair<sync::SyncMode, bool>, RunTrace> clean;
-    auto base = [&](sync::SyncMode mode, bool fp8kv) {
-      rl::RlConfig c;
+    std::map<std::pair<SyncMode, bool>, RunTrace> clean;
+    auto base = [&](SyncMode mode, bool fp8kv) {
+      RlConfig c;
       c.task = mc.task;
       c.seed = mc.seed;
       c.steps = mc.steps;
@@ -176,7 +176,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
       c.samples_per_prompt = mc.samples_per_prompt;
       c.eval_problems = 0;
       c.sync = mode;
-      c.checks = sync::CheckMode::Warn;
+      c.checks = CheckMode::Warn;
       c.learner.recipe.plan = p.recipe;
       if (fp8kv) c.sampler_plan = kv_plan;
       c.learner.optim.lr = mc.lr;
@@ -190,7 +190,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
       row.fault = f.name;
       row.condition = f.condition;
       row.seam = seam_name(f.seam);
-      const sync::SyncMode mode = f.needs_requantize ? sync::SyncMode::Requantize : sync::SyncMode::Ship;
+      const SyncMode mode = f.needs_requantize ? SyncMode::Requantize : SyncMode::Ship;
       const auto key = std::make_pair(mode, f.needs_fp8_kv);
       FaultPlan fp;
       fp.add(f.fault, static_cast<uint64_t>(mc.inject_step));
@@ -204,7 +204,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
       }
       if (!clean.count(key)) {
         if (progress)
-          progress(fmt::format("{}: clean run ({}{})", p.name, sync::sync_mode_name(mode), f.needs_fp8_kv ? ", FP8 KV sampler" : ""));
+          progress(fmt::format("{}: clean run ({}{})", p.name, sync_mode_name(mode), f.needs_fp8_kv ? ", FP8 KV sampler" : ""));
         clean[key] = run_one(p.model, base(mode, f.needs_fp8_kv), mc.inject_step, exec);
         const RunTrace& c = clean[key];
         if (c.crashed) fail("faults: the clean {} run failed: {}", p.name, c.error);
@@ -213,12 +213,12 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
                c.first_fired.begin()->second, c.first_finding.begin()->second);
       }
       const RunTrace& c = clean[key];
-      rl::RlConfig on = base(mode, f.needs_fp8_kv);
+      RlConfig on = base(mode, f.needs_fp8_kv);
       on.inject = fp.specs();
       if (progress) progress(fmt::format("{}: {} (checks on)", p.name, f.name));
       const RunTrace warn = run_one(p.model, on, mc.inject_step, exec);
-      rl::RlConfig off = on;
-      off.checks = sync::CheckMode::Off;
+      RlConfig off = on;
+      off.checks = CheckMode::Off;
       if (progress) progress(fmt::format("{}: {} (checks off)", p.name, f.name));
       const RunTrace quiet = run_one(p.model, off, mc.inject_step, exec);
       for (const auto& [check, v] : warn.first_fired) {
@@ -226,7 +226,7 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
         row.findings[check] = warn.first_finding.at(check);
         if (v == mc.inject_step) row.first_opportunity = true;
       }
-      for (const std::string& check : sync::check_names())
+      for (const std::string& check : check_names())
         if (!warn.first_fired.count(check)) row.missed.push_back(check);
       row.kl_fault = mean(quiet.kl_mean), row.kl_clean = mean(c.kl_mean);
       row.dlogp_fault = max_of(quiet.abs_dlogp_max), row.dlogp_clean = max_of(c.abs_dlogp_max);
@@ -262,4 +262,4 @@ void write_fault_matrix(const FaultMatrix& m, const std::string& dir) {
   write_file_atomic((std::filesystem::path(dir) / "faults.md").string(), m.to_markdown());
 }
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -19,7 +19,7 @@
 #include "faults/faults.h"
 #include "util/exec.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 struct FaultMatrixConfig {
   std::string dense_model, moe_model;  // warm-start checkpoints ("" skips that preset)
@@ -77,4 +77,4 @@ std::string write_router_fp32_plan(const std::string& dir);
 // faults.json and faults.md into dir (atomically).
 void write_fault_matrix(const FaultMatrix& m, const std::string& dir);
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

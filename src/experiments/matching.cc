@@ -21,10 +21,9 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 std::vector<MatchSetup> default_match_setups() {
-  using sync::SyncMode;
   std::vector<MatchSetup> out;
   const std::vector<std::pair<std::string, SyncMode>> mx = {{"bf16", SyncMode::Ship},
                                                           {"mxfp8-half", SyncMode::Ship},
@@ -42,24 +41,24 @@ std::vector<MatchSetup> default_match_setups() {
 std::vector<PromptSums> measure_matching(const std::string& model_dir, const MatchSetup& s, const MatchingConfig& cfg,
                                          int split_k, const Exec& exec) {
   Checkpoint ck = load_checkpoint(model_dir);
-  const auto task = tasks::make_task(cfg.task);
-  const rl::TaskSetup setup =
-      rl::make_task_setup(*task, ck.config, ck.tokenizer_json, ck.tokenizer_config_json, cfg.seed, cfg.max_new_tokens, 200);
+  const auto task = make_task(cfg.task);
+  const TaskSetup setup =
+      make_task_setup(*task, ck.config, ck.tokenizer_json, ck.tokenizer_config_json, cfg.seed, cfg.max_new_tokens, 200);
   LearnerConfig lc;
   lc.recipe.plan = s.learner;
   Learner learner(std::move(ck.params), lc, exec);
   const PrecisionPlan plan = PrecisionPlan::resolve(s.sampler);
-  if (s.sync == sync::SyncMode::Ship) sync::check_ship_compatible(learner.plan(), plan, learner.params().config());
+  if (s.sync == SyncMode::Ship) check_ship_compatible(learner.plan(), plan, learner.params().config());
   EngineOptions opt;
   opt.record_logits = true;
   if (split_k > 1) opt.forward.gemm_split_k = split_k;
   Engine engine(std::make_shared<const Model>(learner.params(), plan, exec), std::numeric_limits<uint64_t>::max(), opt,
                 exec);
-  sync::SyncSettings ss;
+  SyncSettings ss;
   ss.mode = s.sync;
-  ss.checks = sync::CheckMode::Off;
+  ss.checks = CheckMode::Off;
   ss.sampler_plan = plan;
-  const sync::SyncReport rep = sync::sync_weights(learner.model(), learner.params(), engine, 0, ss, {}, {}, 0, {}, exec);
+  const SyncReport rep = sync_weights(learner.model(), learner.params(), engine, 0, ss, {}, {}, 0, {}, exec);
   if (!rep.applied) fail("matching {}: the sampler refused the weights: {}", s.label, rep.error);
 
   // The probe: held-out prompts of the seed, G samples each.
@@ -67,7 +66,7 @@ std::vector<PromptSums> measure_matching(const std::string& model_dir, const Mat
   for (int64_t i = 0; i < cfg.probe_prompts; ++i) {
     GenerationRequest r;
     r.id = i;
-    r.prompt = setup.tk->encode(task->generate(tasks::Split::Eval, cfg.seed, static_cast<uint64_t>(i)).prompt);
+    r.prompt = setup.tk->encode(task->generate(Split::Eval, cfg.seed, static_cast<uint64_t>(i)).prompt);
     r.n = cfg.samples_per_prompt;
     r.max_new_tokens = setup.max_new;
     r.sampling.temperature = cfg.temperature;
@@ -94,7 +93,7 @@ std::vector<PromptSums> measure_matching(const std::string& model_dir, const Mat
       const double lp_s = token_logprob(rs, V, cfg.temperature, g.tokens[t], scratch);
       const double d = lp_l - lp_s;
       ++p.tokens;
-      p.kl += sync::exact_kl(rs, rl, V, cfg.temperature);
+      p.kl += exact_kl(rs, rl, V, cfg.temperature);
       p.k3 += std::exp(d) - 1 - d;
       p.abs_dlogp += std::abs(d);
       p.abs_dlogp_max = std::max(p.abs_dlogp_max, std::abs(d));
@@ -212,7 +211,7 @@ nlohmann::json run_matching(const MatchingConfig& cfg, const std::function<void(
         j["rows"].push_back({{"preset", preset},
                              {"learner", s.learner},
                              {"sampler", s.sampler},
-                             {"sync", sync::sync_mode_name(s.sync)},
+                             {"sync", sync_mode_name(s.sync)},
                              {"fp8kv", s.sampler.find("fp8kv") != std::string::npos},
                              {"kernels", kernels},
                              {"label", s.label},
@@ -255,4 +254,4 @@ nlohmann::json run_matching(const MatchingConfig& cfg, const std::function<void(
   return j;
 }
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -22,14 +22,14 @@
 #include "sync/sync.h"
 #include "util/exec.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 // One sampler configuration.
 struct MatchSetup {
   std::string label;               // e.g. "mxfp8-floor (requantize)"
   std::string learner = "mxfp8";   // learner recipe (plan)
   std::string sampler = "mxfp8";   // sampler plan
-  sync::SyncMode sync = sync::SyncMode::Ship;
+  SyncMode sync = SyncMode::Ship;
 };
 
 // The configurations: bf16, mxfp8-half, mxfp8 (ship), mxfp8-floor and
@@ -74,4 +74,4 @@ Interval bootstrap_ratio(const std::vector<PromptSums>& a, const std::vector<Pro
 nlohmann::json run_matching(const MatchingConfig& cfg, const std::function<void(const std::string&)>& progress,
                             const Exec& exec = {});
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

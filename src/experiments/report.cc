@@ -30,7 +30,7 @@
 #define MXRL_REPORT_SCRIPT "scripts/report.py"
 #endif
 
-namespace mxrl::exp {
+namespace mxrl {
 
 namespace fs = std::filesystem;
 using Progress = std::function<void(const std::string&)>;
@@ -81,10 +81,10 @@ WarmStarts warm_starts(const ReportConfig& cfg, int64_t sft_steps, const Progres
       w.info[key] = {{"model", given}, {"sft_steps", nullptr}, {"accuracy", nullptr}};
       continue;
     }
-    rl::WarmStartConfig c;
+    WarmStartConfig c;
     c.preset = preset, c.task = cfg.task, c.sft_steps = sft_steps;
     const auto t0 = std::chrono::steady_clock::now();
-    const rl::WarmStart ws = rl::warm_start((fs::path(cfg.out) / "warm" / preset).string(), c, {}, exec);
+    const WarmStart ws = warm_start((fs::path(cfg.out) / "warm" / preset).string(), c, {}, exec);
     *slot = ws.model;
     w.info[key] = {{"model", ws.model}, {"sft_steps", sft_steps}, {"accuracy", ws.accuracy}};
     progress(fmt::format("warm start {}: {} SFT steps on {}, held-out greedy accuracy {:.3f} ({:.0f} s)", preset,
@@ -102,7 +102,7 @@ nlohmann::json rl_split(const std::string& preset, const std::string& model, con
   c.task = task;
   c.steps = steps, c.prompts_per_step = P, c.samples_per_prompt = G;
   c.seeds = {1};
-  c.setups = {{"own plan", "", sync::SyncMode::Ship}};
+  c.setups = {{"own plan", "", SyncMode::Ship}};
   const nlohmann::json r = run_rl_kl(c, {}, exec);
   nlohmann::json t = r["runs"][0]["time"];
   t["preset"] = preset, t["recipe"] = recipe, t["sampler"] = recipe, t["steps"] = steps;
@@ -146,8 +146,8 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
   if (!cfg.quick && cfg.qwen_shape) {
     qwen = (fs::path(cfg.out) / "warm" / "qwen3-0.6b-random").string();
     if (!fs::exists(fs::path(qwen) / "config.json"))
-      rl::init_checkpoint(qwen, shape_config("qwen3-0.6b", tok::builtin_char_tokenizer().vocab_size()), 0, 0.02f,
-                          st::DType::BF16);
+      init_checkpoint(qwen, shape_config("qwen3-0.6b", builtin_char_tokenizer().vocab_size()), 0, 0.02f,
+                          DType::BF16);
     models.emplace_back("qwen3-0.6b (random weights)", qwen, 2, 2);
   }
   for (const auto& [preset, model, P, G] : models) {
@@ -278,4 +278,4 @@ void run_report(const ReportConfig& cfg, const Progress& progress_in, const Exec
   if (cfg.render) render_report(cfg.out, cfg.python, cfg.script);
 }
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

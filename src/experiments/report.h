@@ -19,7 +19,7 @@
 
 #include "util/exec.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 struct ReportConfig {
   std::string out = "reports";
@@ -43,4 +43,4 @@ void run_report(const ReportConfig& cfg, const std::function<void(const std::str
 // Runs the script on a directory of experiment JSON (README.md and PNGs).
 void render_report(const std::string& dir, const std::string& python, const std::string& script);
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -4,12 +4,12 @@
 
 #include "train/grpo.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 std::vector<RlKlSetup> default_rl_kl_setups() {
-  return {{"ship mxfp8 (on grid)", "", sync::SyncMode::Ship},
-          {"bf16 sampler", "bf16", sync::SyncMode::Ship},
-          {"mxfp8-floor (requantize)", "mxfp8-floor", sync::SyncMode::Requantize}};
+  return {{"ship mxfp8 (on grid)", "", SyncMode::Ship},
+          {"bf16 sampler", "bf16", SyncMode::Ship},
+          {"mxfp8-floor (requantize)", "mxfp8-floor", SyncMode::Requantize}};
 }
 
 namespace {
@@ -36,7 +36,7 @@ nlohmann::json run_rl_kl(const RlKlConfig& cfg, const std::function<void(const s
     if (dir.empty()) continue;
     for (const RlKlSetup& s : cfg.setups)
       for (uint64_t seed : cfg.seeds) {
-        rl::RlConfig rc;
+        RlConfig rc;
         rc.task = cfg.task;
         rc.seed = seed;
         rc.steps = cfg.steps;
@@ -44,14 +44,14 @@ nlohmann::json run_rl_kl(const RlKlConfig& cfg, const std::function<void(const s
         rc.samples_per_prompt = cfg.samples_per_prompt;
         rc.sampler_plan = s.sampler;
         rc.sync = s.sync;
-        rc.checks = sync::CheckMode::Warn;
+        rc.checks = CheckMode::Warn;
         rc.learner.recipe.plan = cfg.recipe;
         rc.learner.optim.lr = cfg.lr;
         rc.learner.optim.weight_decay = 0;
-        rl::RlRun run = rl::RlRun::start(dir, rc, exec);
+        RlRun run = RlRun::start(dir, rc, exec);
         std::vector<double> kl, reward, dmax, gen, score, train, sync_s, checks, step;
         while (run.step() < cfg.steps) {
-          const rl::RlStepStats st = run.step_once();
+          const RlStepStats st = run.step_once();
           kl.push_back(num_or_zero(st.mismatch, "kl_mean"));
           dmax.push_back(num_or_zero(st.mismatch, "abs_dlogp_max"));
           reward.push_back(st.reward_mean);
@@ -82,4 +82,4 @@ nlohmann::json run_rl_kl(const RlKlConfig& cfg, const std::function<void(const s
   return j;
 }
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

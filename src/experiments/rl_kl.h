@@ -13,12 +13,12 @@
 #include "sync/sync.h"
 #include "util/exec.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 struct RlKlSetup {
   std::string label;
   std::string sampler;  // "" = the learner's plan
-  sync::SyncMode sync = sync::SyncMode::Ship;
+  SyncMode sync = SyncMode::Ship;
 };
 std::vector<RlKlSetup> default_rl_kl_setups();
 
@@ -38,4 +38,4 @@ struct RlKlConfig {
 nlohmann::json run_rl_kl(const RlKlConfig& cfg, const std::function<void(const std::string&)>& progress,
                          const Exec& exec = {});
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -12,7 +12,7 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 namespace {
 struct Timing {
@@ -61,7 +61,7 @@ Line fit_line(const std::vector<double>& x, const std::vector<double>& y) {
 namespace {
 // The preset with random weights and a batch of random tokens (every token a target but the first).
 std::pair<ParamTable, std::vector<Sequence>> bench_model_and_batch(const TrainBenchConfig& a) {
-  const int64_t vocab = tok::builtin_char_tokenizer().vocab_size();
+  const int64_t vocab = builtin_char_tokenizer().vocab_size();
   ParamTable params(preset_config(a.preset, vocab));
   init_params(params, 0, 0.02f);
   if (a.tokens % a.seq_len != 0) fail("--tokens ({}) must be a multiple of --seq-len ({})", a.tokens, a.seq_len);
@@ -165,4 +165,4 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
   return j;
 }
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -22,7 +22,7 @@
 
 #include "util/exec.h"
 
-namespace mxrl::exp {
+namespace mxrl {
 
 struct TrainBenchConfig {
   std::string preset = "tiny-dense";
@@ -52,4 +52,4 @@ nlohmann::json bench_train(const TrainBenchConfig& cfg, const std::function<void
 // Micro-batches of budgets[0] tokens.
 std::string trace_train_step(const TrainBenchConfig& cfg, const std::string& recipe, const Exec& exec = {});
 
-}  // namespace mxrl::exp
+}  // namespace mxrl

@@ -17,7 +17,7 @@
 #include "sync/sync.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
@@ -195,4 +195,4 @@ TEST(DumpFaults, ATiedHeadFaultHasNoVllmForm) {
 }
 
 }  // namespace
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -6,9 +6,9 @@
 // faults/ is the one home of the faults. The code that can fail knows no
 // fault by name; it takes a small hooks interface (null: no fault), and
 // faults/hooks.h implements them all from a FaultPlan:
-//   learner  sync::LearnerHooks  (sync/sync.h)       the bundle the learner built
-//   channel  sync::ChannelHooks  (sync/transport.h)  the chunk frames as sent
-//   loader   sync::LoaderHooks   (sync/sync.h)       requantize, the shipment, in-place
+//   learner  LearnerHooks  (sync/sync.h)       the bundle the learner built
+//   channel  ChannelHooks  (sync/transport.h)  the chunk frames as sent
+//   loader   LoaderHooks   (sync/sync.h)       requantize, the shipment, in-place
 //                                                    writes, the model built
 //   engine   EngineHooks         (sampler/engine.h)  the swap (drain, prefix cache,
 //                                                    decode plan, forward options)

@@ -114,10 +114,10 @@ TEST(FaultHooks, TheTransportFaultsAreRefusedAndOnlyFromTheirVersion) {
   const auto v1 = bytes_of(900, 3), v2 = bytes_of(900, 4);
   for (const char* f : {"chunk-corrupt@2", "chunk-truncate@2", "chunk-stale@2"}) {
     const FaultSeams hooks = make_fault_hooks(FaultPlan::parse({f}));
-    sync::ChunkSender sender(128);
-    EXPECT_EQ(sync::pass_through_chunks(sender, v1, 1, hooks.sync.channel.get()), v1) << f;  // before: clean
+    ChunkSender sender(128);
+    EXPECT_EQ(pass_through_chunks(sender, v1, 1, hooks.sync.channel.get()), v1) << f;  // before: clean
     try {
-      sync::pass_through_chunks(sender, v2, 2, hooks.sync.channel.get());
+      pass_through_chunks(sender, v2, 2, hooks.sync.channel.get());
       ADD_FAILURE() << f << " was not refused";
     } catch (const Error& e) {
       const std::string what = e.what();

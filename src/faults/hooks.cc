@@ -16,8 +16,6 @@
 
 namespace mxrl {
 
-using sync::Bundle;
-using sync::SyncMode;
 
 namespace {
 
@@ -160,10 +158,10 @@ bool FaultHooks::mixes_versions() const {
 
 // ---- channel ----
 
-void FaultHooks::edit(std::vector<sync::ChunkFrame>& frames, std::span<const std::byte> bundle, uint64_t version,
+void FaultHooks::edit(std::vector<ChunkFrame>& frames, std::span<const std::byte> bundle, uint64_t version,
                       size_t chunk_bytes) {
   const size_t k = frames.size() / 2;
-  sync::ChunkFrame& f = frames[k];
+  ChunkFrame& f = frames[k];
   if (plan_.active(Fault::ChunkCorrupt, version)) {
     if (f.payload.empty()) fail("fault chunk-corrupt: chunk {} has no payload", k);
     edited_.assign(f.payload.begin(), f.payload.end());
@@ -173,8 +171,8 @@ void FaultHooks::edit(std::vector<sync::ChunkFrame>& frames, std::span<const std
   if (plan_.active(Fault::ChunkTruncate, version)) f.payload = f.payload.first(f.payload.size() / 2);
   if (plan_.active(Fault::ChunkStale, version)) {
     if (!have_previous_) fail("fault chunk-stale: no previous version was sent");
-    const size_t pn = sync::chunk_count(previous_.size(), chunk_bytes);
-    f = sync::chunk_frame(previous_, previous_version_, chunk_bytes, std::min(k, pn - 1));
+    const size_t pn = chunk_count(previous_.size(), chunk_bytes);
+    f = chunk_frame(previous_, previous_version_, chunk_bytes, std::min(k, pn - 1));
   }
   if (plan_.injected(Fault::ChunkStale) && !plan_.active(Fault::ChunkStale, version)) {
     previous_.assign(bundle.begin(), bundle.end());  // what the fault will resend from

@@ -24,9 +24,9 @@ namespace mxrl {
 // Every seam's hooks for one plan. One object per run: the channel's hook
 // keeps the last bundle sent while chunk-stale waits for its version.
 class FaultHooks final : public EngineHooks,
-                         public sync::LearnerHooks,
-                         public sync::ChannelHooks,
-                         public sync::LoaderHooks {
+                         public LearnerHooks,
+                         public ChannelHooks,
+                         public LoaderHooks {
  public:
   explicit FaultHooks(FaultPlan plan);
   const FaultPlan& plan() const { return plan_; }
@@ -44,12 +44,12 @@ class FaultHooks final : public EngineHooks,
   // (same byte counts, so the loader takes it); quant-from-master re-quantizes
   // every shipped MX linear from the FP32 master. The manifest entries are
   // those of what is shipped (the learner digests what it sends).
-  void edit_bundle(sync::Bundle& b, const Model& learner, const ParamTable& masters, const Exec& exec) const override;
+  void edit_bundle(Bundle& b, const Model& learner, const ParamTable& masters, const Exec& exec) const override;
 
   // Channel, on the chunk count/2: chunk-corrupt flips a byte of its payload,
   // chunk-truncate cuts its payload in half, chunk-stale sends the previous
   // version's chunk in its place.
-  void edit(std::vector<sync::ChunkFrame>& frames, std::span<const std::byte> bundle, uint64_t version,
+  void edit(std::vector<ChunkFrame>& frames, std::span<const std::byte> bundle, uint64_t version,
             size_t chunk_bytes) override;
 
   // Loader: active for every loader and channel fault of the version (the
@@ -63,7 +63,7 @@ class FaultHooks final : public EngineHooks,
                             const Exec& exec) const override;
   void edit_shipment(WeightShipment& s, PrecisionPlan& plan, const Model& live, uint64_t version,
                      const Exec& exec) const override;
-  void write_in_place(Engine& engine, const sync::Bundle& b, const WeightShipment& s, const PrecisionPlan& plan,
+  void write_in_place(Engine& engine, const Bundle& b, const WeightShipment& s, const PrecisionPlan& plan,
                       uint64_t version, const Exec& exec) const override;
   void edit_model(Model& next, const Model& live, uint64_t version, const Exec& exec) const override;
 
@@ -78,7 +78,7 @@ class FaultHooks final : public EngineHooks,
 // empty plan (the seams then run as they should).
 struct FaultSeams {
   std::shared_ptr<const EngineHooks> engine;
-  sync::SyncHooks sync;
+  SyncHooks sync;
 };
 FaultSeams make_fault_hooks(const FaultPlan& plan);
 
@@ -88,7 +88,7 @@ FaultSeams make_fault_hooks(const FaultPlan& plan);
 // an MX plan, transposed without a square o_proj, ...).
 // `separate_sampler`: the sampler is another process (the MPI runtime).
 void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const PrecisionPlan& learner_plan,
-                        const PrecisionPlan& sampler_plan, sync::SyncMode mode, bool separate_sampler = false);
+                        const PrecisionPlan& sampler_plan, SyncMode mode, bool separate_sampler = false);
 
 // The name the faults target: the first linear of `m` whose name contains
 // `what`, preferring layer 0; "" if none.

@@ -51,7 +51,7 @@ json quantization_config() {
 
 json read_config_json(const std::string& dir) {
   const fs::path p = fs::path(dir) / "config.json";
-  return jsonr::parse(read_text_file(p), p.string());
+  return json_parse(read_text_file(p), p.string());
 }
 
 std::vector<std::byte> bf16_bytes(const float* v, int64_t n) {
@@ -64,7 +64,7 @@ std::vector<std::byte> bf16_bytes(const float* v, int64_t n) {
 }
 
 template <typename T>
-std::vector<T> copy_as(const st::TensorView& t) {
+std::vector<T> copy_as(const TensorView& t) {
   std::vector<T> v(t.data.size() / sizeof(T));
   std::memcpy(v.data(), t.data.data(), v.size() * sizeof(T));
   return v;
@@ -109,25 +109,25 @@ void export_compressed_tensors(const Model& model, const std::string& tokenizer_
     refuse("lm_head.weight (tied)", plan.lm_head, "bf16");
 
   const WeightShipment s = model.ship();
-  st::Writer w;
+  SafetensorsWriter w;
   for (const ParamInfo& p : layout.entries()) {
     if (p.role != ParamRole::Linear) {
       const std::vector<float>& v = s.copies.at(p.name);
-      w.add(p.name, st::DType::BF16, p.shape, bf16_bytes(v.data(), p.numel));
+      w.add(p.name, DType::BF16, p.shape, bf16_bytes(v.data(), p.numel));
       continue;
     }
     const PreparedLinear& L = s.linears.at(p.name);
     if (L.prec.precision == Precision::BF16) {
       std::vector<std::byte> b(L.bf16.size() * 2);
       std::memcpy(b.data(), L.bf16.data(), b.size());
-      w.add(p.name, st::DType::BF16, p.shape, std::move(b));
+      w.add(p.name, DType::BF16, p.shape, std::move(b));
       continue;
     }
     std::vector<std::byte> codes(L.codes.size()), scales(L.mx_scales.size());
     std::memcpy(codes.data(), L.codes.data(), codes.size());
     std::memcpy(scales.data(), L.mx_scales.data(), scales.size());
-    w.add(p.name, st::DType::F8_E4M3, {L.n, L.k}, std::move(codes));
-    w.add(p.name + "_scale", st::DType::U8, {L.n, L.k / 32}, std::move(scales));  // X.weight -> X.weight_scale
+    w.add(p.name, DType::F8_E4M3, {L.n, L.k}, std::move(codes));
+    w.add(p.name + "_scale", DType::U8, {L.n, L.k / 32}, std::move(scales));  // X.weight -> X.weight_scale
   }
   w.set_metadata({{"format", "pt"},
                   {"mxrl.plan", plan.name},
@@ -196,7 +196,7 @@ Model load_model(const std::string& dir, const PrecisionPlan& plan, const Exec& 
   std::vector<std::string> files;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    const json ij = jsonr::parse(read_text_file(index), index.string());
+    const json ij = json_parse(read_text_file(index), index.string());
     if (!ij.contains("weight_map") || !ij["weight_map"].is_object()) fail("{}: no weight_map object", index.string());
     std::set<std::string> seen;
     for (auto& [name, f] : ij["weight_map"].items()) {
@@ -207,11 +207,11 @@ Model load_model(const std::string& dir, const PrecisionPlan& plan, const Exec& 
   } else {
     files.push_back("model.safetensors");
   }
-  std::vector<st::File> opened;
-  std::map<std::string, std::pair<const st::TensorView*, std::string>> tensors;  // name -> (view, file)
-  for (const std::string& f : files) opened.push_back(st::File::open((fs::path(dir) / f).string()));
-  for (const st::File& f : opened)
-    for (const st::TensorView& t : f.tensors()) {
+  std::vector<SafetensorsFile> opened;
+  std::map<std::string, std::pair<const TensorView*, std::string>> tensors;  // name -> (view, file)
+  for (const std::string& f : files) opened.push_back(SafetensorsFile::open((fs::path(dir) / f).string()));
+  for (const SafetensorsFile& f : opened)
+    for (const TensorView& t : f.tensors()) {
       if (tensors.count(t.name)) fail("{}: tensor '{}' appears twice", f.path(), t.name);
       tensors[t.name] = {&t, f.path()};
     }
@@ -223,13 +223,13 @@ Model load_model(const std::string& dir, const PrecisionPlan& plan, const Exec& 
   for (const ParamInfo& p : layout.entries()) {
     auto it = tensors.find(p.name);
     if (it == tensors.end()) fail("{}: missing tensor '{}'", dir, p.name);
-    const st::TensorView& t = *it->second.first;
+    const TensorView& t = *it->second.first;
     const std::string& file = it->second.second;
     used.insert(p.name);
     if (t.shape != p.shape)
       fail("{}: tensor '{}' has shape {}, the config needs {}", file, p.name, shape_str(t.shape), shape_str(p.shape));
     if (p.role != ParamRole::Linear) {
-      if (t.dtype != st::DType::BF16) fail("{}: tensor '{}' is {}, expected BF16", file, p.name, st::dtype_name(t.dtype));
+      if (t.dtype != DType::BF16) fail("{}: tensor '{}' is {}, expected BF16", file, p.name, dtype_name(t.dtype));
       if (!plan.bf16_embeddings)
         fail("{}: {} is held as bf16, but plan {} computes it as fp32", dir, p.name, plan.name);
       std::vector<float>& v = s.copies[p.name];
@@ -244,27 +244,27 @@ Model load_model(const std::string& dir, const PrecisionPlan& plan, const Exec& 
     const LinearPrecision want = plan.for_param(p);
     PreparedLinear L;
     L.name = p.name, L.n = p.shape[0], L.k = p.shape[1];
-    if (t.dtype == st::DType::BF16) {
+    if (t.dtype == DType::BF16) {
       if (want.precision != Precision::BF16) held_as(p.name, "bf16", want);
       L.prec = want;
       L.bf16 = copy_as<uint16_t>(t);
-    } else if (t.dtype == st::DType::F8_E4M3) {
+    } else if (t.dtype == DType::F8_E4M3) {
       const std::string sname = p.name + "_scale";
       auto si = tensors.find(sname);
       if (si == tensors.end()) fail("{}: tensor '{}' has no '{}'", file, p.name, sname);
-      const st::TensorView& sc = *si->second.first;
+      const TensorView& sc = *si->second.first;
       used.insert(sname);
       const std::vector<int64_t> sshape = {L.n, L.k / 32};
-      if ((sc.dtype != st::DType::U8 && sc.dtype != st::DType::F8_E8M0) || sc.shape != sshape || L.k % 32 != 0)
+      if ((sc.dtype != DType::U8 && sc.dtype != DType::F8_E8M0) || sc.shape != sshape || L.k % 32 != 0)
         fail("{}: tensor '{}' is {} {}; an MXFP8 weight [{}, {}] has U8 scales {}", si->second.second, sname,
-             st::dtype_name(sc.dtype), shape_str(sc.shape), L.n, L.k, shape_str(sshape));
+             dtype_name(sc.dtype), shape_str(sc.shape), L.n, L.k, shape_str(sshape));
       if (!is_mxfp8_e4m3(want)) held_as(p.name, "mxfp8(e4m3)", want);
       L.prec = want;  // the scale rule is the plan's: the bytes do not carry it
       L.codes = copy_as<uint8_t>(t);
       L.mx_scales = copy_as<uint8_t>(sc);
     } else {
       fail("{}: tensor '{}' has dtype {}; a compressed-tensors mxfp8 model holds F8_E4M3 (+ U8 scales) or BF16", file,
-           p.name, st::dtype_name(t.dtype));
+           p.name, dtype_name(t.dtype));
     }
     s.linears.emplace(p.name, std::move(L));
   }

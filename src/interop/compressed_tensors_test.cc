@@ -46,8 +46,8 @@ TEST(CompressedTensors, ExportedModelLoadsBackToTheOnGridSamplerBitForBit) {
     const PrecisionPlan plan = PrecisionPlan::named("mxfp8");
     const Model learner(masters, plan);
     // The on-grid sampler: built from a ship bundle of the learner's own weights.
-    const sync::Bundle b = sync::make_ship_bundle(learner, masters, plan, 1);
-    const Model sampler = Model::from_shipment(masters.config(), plan, sync::bundle_to_shipment(b, masters.config()));
+    const Bundle b = make_ship_bundle(learner, masters, plan, 1);
+    const Model sampler = Model::from_shipment(masters.config(), plan, bundle_to_shipment(b, masters.config()));
     const std::string dir = tmp(moe ? "moe" : "dense");
     export_compressed_tensors(learner, "{\"tok\": 1}", "{}", dir);
     EXPECT_TRUE(is_compressed_tensors(dir));
@@ -61,14 +61,14 @@ TEST(CompressedTensors, ExportedModelLoadsBackToTheOnGridSamplerBitForBit) {
     }
     EXPECT_EQ(load_tokenizer_files(dir).tokenizer_json, "{\"tok\": 1}");
     // The layout vLLM loads.
-    const st::File f = st::File::open(dir + "/model.safetensors");
-    EXPECT_EQ(f.at("model.layers.0.self_attn.q_proj.weight").dtype, st::DType::F8_E4M3);
-    EXPECT_EQ(f.at("model.layers.0.self_attn.q_proj.weight_scale").dtype, st::DType::U8);
+    const SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors");
+    EXPECT_EQ(f.at("model.layers.0.self_attn.q_proj.weight").dtype, DType::F8_E4M3);
+    EXPECT_EQ(f.at("model.layers.0.self_attn.q_proj.weight_scale").dtype, DType::U8);
     EXPECT_EQ(f.at("model.layers.0.self_attn.q_proj.weight_scale").shape, (std::vector<int64_t>{128, 2}));
-    EXPECT_EQ(f.at("model.embed_tokens.weight").dtype, st::DType::BF16);
+    EXPECT_EQ(f.at("model.embed_tokens.weight").dtype, DType::BF16);
     EXPECT_EQ(f.find("lm_head.weight") != nullptr, moe);  // the dense test model is tied: HF writes no lm_head
     if (moe) {
-      EXPECT_EQ(f.at("model.layers.0.mlp.gate.weight").dtype, st::DType::BF16);
+      EXPECT_EQ(f.at("model.layers.0.mlp.gate.weight").dtype, DType::BF16);
     }
     EXPECT_EQ(f.metadata().at("mxrl.plan"), "mxfp8");
     std::ifstream cs(dir + "/config.json");
@@ -99,7 +99,7 @@ TEST(CompressedTensors, APlanOutsideTheFormatIsRefusedNamingTheTensor) {
 TEST(CompressedTensors, APlainCheckpointLoadsThroughLoadModel) {
   const ParamTable masters = params(false);
   const std::string dir = tmp("plain");
-  save_checkpoint(dir, masters.config(), masters, st::DType::F32);
+  save_checkpoint(dir, masters.config(), masters, DType::F32);
   EXPECT_FALSE(is_compressed_tensors(dir));
   const PrecisionPlan plan = PrecisionPlan::named("mxfp8");
   EXPECT_EQ(model_digests(load_model(dir, plan)), model_digests(Model(masters, plan)));

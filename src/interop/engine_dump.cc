@@ -17,7 +17,7 @@
 #include "util/error.h"
 #include "util/text.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 namespace {
 
@@ -67,8 +67,8 @@ std::vector<Held> held_tensors(const Model& m) {
   return out;
 }
 
-st::DType dtype_of(const std::string& name) {
-  const auto d = st::dtype_from_name(name);
+DType dtype_of(const std::string& name) {
+  const auto d = dtype_from_name(name);
   if (!d) fail("write_dump: unknown dtype {}", name);
   return *d;
 }
@@ -78,7 +78,7 @@ st::DType dtype_of(const std::string& name) {
 std::string layer_prefix(int64_t i) { return fmt::format("model.layers.{}.", i); }
 
 struct VllmWriter {
-  st::Writer w;
+  SafetensorsWriter w;
   std::unordered_map<std::string, std::vector<const Held*>> by_name;
   std::vector<std::string> order;
   std::map<std::string, bool> used;
@@ -94,8 +94,8 @@ struct VllmWriter {
     return d.part == "scales" ? param + "_scale" : param;
   }
   // MX scales as U8 (compressed-tensors / vLLM), everything else as held.
-  static st::DType out_dtype(const TensorDigest& d) {
-    return d.dtype == "F8_E8M0" ? st::DType::U8 : dtype_of(d.dtype);
+  static DType out_dtype(const TensorDigest& d) {
+    return d.dtype == "F8_E8M0" ? DType::U8 : dtype_of(d.dtype);
   }
   const std::vector<const Held*>& parts(const std::string& name) {
     auto it = by_name.find(name);
@@ -180,31 +180,31 @@ struct Piece {
 };
 
 struct Dump {
-  st::File file;
+  SafetensorsFile file;
   std::deque<std::vector<std::byte>> owned;  // bytes made here (the tied head of a vLLM dump)
   std::vector<Piece> pieces;
   std::vector<TensorDigest> manifest;
 };
 
-std::string part_of(const st::TensorView& t, bool scale) {
+std::string part_of(const TensorView& t, bool scale) {
   if (scale) return "scales";
   switch (t.dtype) {
-    case st::DType::BF16: return "bf16";
-    case st::DType::F32: return "f32";
-    case st::DType::F8_E4M3:
-    case st::DType::F8_E5M2:
-    case st::DType::U8: return "codes";
-    default: return fmt::format("{}", st::dtype_name(t.dtype));  // not a part mxrl holds: a mismatch
+    case DType::BF16: return "bf16";
+    case DType::F32: return "f32";
+    case DType::F8_E4M3:
+    case DType::F8_E5M2:
+    case DType::U8: return "codes";
+    default: return fmt::format("{}", dtype_name(t.dtype));  // not a part mxrl holds: a mismatch
   }
 }
 
-std::string listed_dtype(st::DType d, bool scale) {
-  if (scale && (d == st::DType::U8 || d == st::DType::F8_E8M0)) return "F8_E8M0";
-  return st::dtype_name(d);
+std::string listed_dtype(DType d, bool scale) {
+  if (scale && (d == DType::U8 || d == DType::F8_E8M0)) return "F8_E8M0";
+  return dtype_name(d);
 }
 
 // Splits tensor t (rows along dim `dim`: 0 for [rows, cols], 1 for [E, rows, cols]) into named row blocks.
-void split_rows(const std::string& path, const st::TensorView& t, bool scale,
+void split_rows(const std::string& path, const TensorView& t, bool scale,
                 const std::vector<std::pair<std::string, int64_t>>& blocks, bool stacked, std::vector<Piece>& out) {
   const size_t rank = stacked ? 3 : 2;
   int64_t want = 0;
@@ -216,7 +216,7 @@ void split_rows(const std::string& path, const st::TensorView& t, bool scale,
     fail("{}: {}: shape {} cannot be split into the config's {} rows ({}){}", path, t.name, shape_str(t.shape),
          want, fmt::join(sizes, " + "), stacked ? ", stacked by expert" : "");
   const int64_t cols = t.shape[rank - 1];
-  const size_t row_bytes = st::dtype_size(t.dtype) * static_cast<size_t>(cols);
+  const size_t row_bytes = dtype_size(t.dtype) * static_cast<size_t>(cols);
   size_t at = 0;
   for (const auto& [name, rows] : blocks) {
     const size_t n = row_bytes * static_cast<size_t>(rows);
@@ -232,7 +232,7 @@ void read_vllm(const std::string& path, const ParamTable& layout, Dump& dump) {
     const ParamInfo* p = layout.find(name);
     return p ? p->shape[0] : -1;
   };
-  for (const st::TensorView& t : dump.file.tensors()) {
+  for (const TensorView& t : dump.file.tensors()) {
     const bool scale = ends_with(t.name, "_scale");
     const std::string base = scale ? t.name.substr(0, t.name.size() - 6) : t.name;
     const auto fused = [&](const std::string& suffix) {
@@ -279,7 +279,7 @@ void read_vllm(const std::string& path, const ParamTable& layout, Dump& dump) {
 }
 
 void read_mxrl(const ModelConfig& cfg, Dump& dump) {
-  for (const st::TensorView& t : dump.file.tensors()) {
+  for (const TensorView& t : dump.file.tensors()) {
     const bool scale = ends_with(t.name, ".weight_scale");
     std::string base = scale ? t.name.substr(0, t.name.size() - 6) : t.name;
     if (cfg.tie_word_embeddings && base == "lm_head.weight") base = kTiedLmHeadName;
@@ -352,7 +352,7 @@ std::vector<float> values_f32(const Piece& p) {
 }
 
 Dump read_dump(const std::string& path, const ModelConfig& cfg, const PrecisionPlan& plan, Naming naming) {
-  Dump dump{st::File::open(path), {}, {}, {}};
+  Dump dump{SafetensorsFile::open(path), {}, {}, {}};
   const ParamTable layout(cfg, /*allocate=*/false);
   if (naming == Naming::Vllm) {
     read_vllm(path, layout, dump);
@@ -402,7 +402,7 @@ Dump read_dump(const std::string& path, const ModelConfig& cfg, const PrecisionP
     for (const HeldPart& h : precision_traits(head.prec.precision).held_parts(head)) {
       const auto* b = static_cast<const std::byte*>(h.data);
       dump.owned.emplace_back(b, b + h.bytes);
-      dump.pieces.push_back({kTiedLmHeadName, h.part, st::dtype_name(h.dtype), h.shape, dump.owned.back()});
+      dump.pieces.push_back({kTiedLmHeadName, h.part, dtype_name(h.dtype), h.shape, dump.owned.back()});
     }
     for (TensorDigest& d : linear_digests(head, kTiedLmHeadName)) dump.manifest.push_back(std::move(d));
   }
@@ -453,7 +453,7 @@ Naming parse_naming(const std::string& s) {
 void write_dump(const Model& model, Naming naming, const std::string& path) {
   const std::vector<Held> held = held_tensors(model);
   if (naming == Naming::Vllm) return write_vllm(model, held, path);
-  st::Writer w;
+  SafetensorsWriter w;
   for (const Held& h : held) w.add_view(bundle_key(h.d), dtype_of(h.d.dtype), h.d.shape, h.bytes);
   w.set_metadata({{"format", "pt"}, {"mxrl.naming", "mxrl"}, {"mxrl.plan", model.plan().name}});
   w.write(path);
@@ -484,4 +484,4 @@ std::vector<CheckResult> verify_dump(const ParamTable& masters, const PrecisionP
   return verify_dump_since(masters, plan, dump_path, naming, {}, exec);
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -28,7 +28,7 @@
 #include "model/model.h"
 #include "sync/checks.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 enum class Naming { Mxrl, Vllm };
 const char* naming_name(Naming n);          // "mxrl", "vllm"
@@ -72,4 +72,4 @@ std::vector<CheckResult> verify_dump_since(const ParamTable& masters, const Prec
                                            const std::string& dump_path, Naming naming,
                                            const std::vector<TensorDigest>& previous, const Exec& exec = {});
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -20,7 +20,7 @@
 #include "testing/small_config.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
@@ -134,15 +134,15 @@ TEST(EngineDump, TheVllmLayoutIsFusedAsVllmHoldsIt) {
     Synced s = synced(moe, {});
     const std::string path = tmp(fmt::format("layout_{}.safetensors", moe));
     write_dump(s.engine.model(), Naming::Vllm, path);
-    const st::File f = st::File::open(path);
+    const SafetensorsFile f = SafetensorsFile::open(path);
     const ModelConfig c = config(moe);
     auto shape = [&](const std::string& name) { return f.at(name).shape; };
     // q (heads x 32) + k + v (kv heads x 32) rows, hidden 64 columns; one U8 scale per 32.
     const int64_t qkv = c.q_dim() + 2 * c.kv_dim();
     EXPECT_EQ(shape("model.layers.0.self_attn.qkv_proj.weight"), (std::vector<int64_t>{qkv, 64}));
-    EXPECT_EQ(f.at("model.layers.0.self_attn.qkv_proj.weight").dtype, st::DType::F8_E4M3);
+    EXPECT_EQ(f.at("model.layers.0.self_attn.qkv_proj.weight").dtype, DType::F8_E4M3);
     EXPECT_EQ(shape("model.layers.0.self_attn.qkv_proj.weight_scale"), (std::vector<int64_t>{qkv, 2}));
-    EXPECT_EQ(f.at("model.layers.0.self_attn.qkv_proj.weight_scale").dtype, st::DType::U8);
+    EXPECT_EQ(f.at("model.layers.0.self_attn.qkv_proj.weight_scale").dtype, DType::U8);
     EXPECT_EQ(f.find("model.layers.0.self_attn.q_proj.weight"), nullptr);
     EXPECT_NE(f.find("model.layers.0.self_attn.o_proj.weight_scale"), nullptr);
     EXPECT_EQ(shape("model.layers.1.mlp.gate_up_proj.weight"), (std::vector<int64_t>{2 * c.intermediate_size, 64}));
@@ -151,8 +151,8 @@ TEST(EngineDump, TheVllmLayoutIsFusedAsVllmHoldsIt) {
       EXPECT_EQ(shape("model.layers.0.mlp.experts.w13_weight_scale"), (std::vector<int64_t>{4, 64, 2}));
       EXPECT_EQ(shape("model.layers.0.mlp.experts.w2_weight"), (std::vector<int64_t>{4, 64, 32}));
       EXPECT_EQ(shape("model.layers.0.mlp.experts.w2_weight_scale"), (std::vector<int64_t>{4, 64, 1}));
-      EXPECT_EQ(f.at("model.layers.0.mlp.gate.weight").dtype, st::DType::F32);  // the FP32 router
-      EXPECT_EQ(f.at("lm_head.weight").dtype, st::DType::BF16);
+      EXPECT_EQ(f.at("model.layers.0.mlp.gate.weight").dtype, DType::F32);  // the FP32 router
+      EXPECT_EQ(f.at("lm_head.weight").dtype, DType::BF16);
       // Expert 1's up rows sit after its gate rows: bytes 32 rows into expert 1's slab.
       const auto& w13 = f.at("model.layers.0.mlp.experts.w13_weight");
       const PreparedLinear* up1 = s.engine.model().find_linear("model.layers.0.mlp.experts.1.up_proj.weight");
@@ -180,16 +180,16 @@ TEST(EngineDump, MalformedDumpsGiveOneLineNamingTheFile) {
   EXPECT_EQ(error_of(tmp("missing.safetensors"), Naming::Vllm).rfind(tmp("missing.safetensors"), 0), 0u);
   // A fused q/k/v with rows the config cannot split.
   const std::string bad = tmp("bad_qkv.safetensors");
-  st::Writer w;
-  w.add("model.layers.0.self_attn.qkv_proj.weight", st::DType::BF16, {100, 64}, std::vector<std::byte>(100 * 64 * 2));
+  SafetensorsWriter w;
+  w.add("model.layers.0.self_attn.qkv_proj.weight", DType::BF16, {100, 64}, std::vector<std::byte>(100 * 64 * 2));
   w.write(bad);
   const std::string e = error_of(bad, Naming::Vllm);
   EXPECT_EQ(e, bad + ": model.layers.0.self_attn.qkv_proj.weight: shape [100, 64] cannot be split into the config's "
                      "128 rows (64 + 32 + 32)");
   // Stacked experts of the wrong count.
   const ModelConfig cm = config(true);
-  st::Writer we;
-  we.add("model.layers.0.mlp.experts.w2_weight", st::DType::BF16, {3, 64, 32}, std::vector<std::byte>(3 * 64 * 32 * 2));
+  SafetensorsWriter we;
+  we.add("model.layers.0.mlp.experts.w2_weight", DType::BF16, {3, 64, 32}, std::vector<std::byte>(3 * 64 * 32 * 2));
   we.write(bad);
   try {
     read_dump_manifest(bad, cm, plan(true), Naming::Vllm);
@@ -203,10 +203,10 @@ TEST(EngineDump, MalformedDumpsGiveOneLineNamingTheFile) {
   const std::string extra = tmp("extra.safetensors");
   write_dump(s.engine.model(), Naming::Vllm, extra);
   {
-    st::File f = st::File::open(extra);
-    st::Writer x;
-    for (const st::TensorView& t : f.tensors()) x.add_view(t.name, t.dtype, t.shape, t.data);
-    x.add("model.layers.0.self_attn.rotary_emb.inv_freq", st::DType::F32, {16}, std::vector<std::byte>(64));
+    SafetensorsFile f = SafetensorsFile::open(extra);
+    SafetensorsWriter x;
+    for (const TensorView& t : f.tensors()) x.add_view(t.name, t.dtype, t.shape, t.data);
+    x.add("model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {16}, std::vector<std::byte>(64));
     x.write(extra + ".2");
   }
   const auto r = verify_dump(s.masters1, plan(false), extra + ".2", Naming::Vllm);
@@ -216,4 +216,4 @@ TEST(EngineDump, MalformedDumpsGiveOneLineNamingTheFile) {
 }
 
 }  // namespace
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -52,14 +52,14 @@ std::vector<int64_t> scale_shape(const std::vector<int64_t>& shape, Axis axis) {
   return s;
 }
 
-std::map<std::string, std::string> user_metadata(const st::File& f) {
+std::map<std::string, std::string> user_metadata(const SafetensorsFile& f) {
   std::map<std::string, std::string> m;
   for (const auto& [k, v] : f.metadata())
     if (k.rfind("mxrl.", 0) != 0) m[k] = v;
   return m;
 }
 
-std::string meta(const st::File& f, const std::string& key) {
+std::string meta(const SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata().find(key);
   if (it == f.metadata().end()) fail("{}: metadata has no '{}'", f.path(), key);
   return it->second;
@@ -72,24 +72,24 @@ uint64_t tensor_seed(uint64_t seed, const std::string& name) {
 
 MxFileStats quantize_file(const std::string& in, const std::string& out, const MxConfig& cfg,
                           const Exec& exec) {
-  const st::File f = st::File::open(in);
+  const SafetensorsFile f = SafetensorsFile::open(in);
   // Validate every tensor before doing any work.
   std::set<std::string> names;
   for (const auto& t : f.tensors()) names.insert(t.name);
   for (const auto& t : f.tensors()) {
-    if (t.dtype != st::DType::F32 && t.dtype != st::DType::BF16 && t.dtype != st::DType::F16)
+    if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
       fail("{}: tensor '{}' has dtype {}; quantize takes F32, BF16 or F16", in, t.name,
-           st::dtype_name(t.dtype));
+           dtype_name(t.dtype));
     matrix_view(in, t.name, t.shape, cfg.axis);
     if (names.count(t.name + kScaleSuffix))
       fail("{}: tensor '{}' would collide with the scales of '{}'", in, t.name + kScaleSuffix, t.name);
   }
-  st::Writer w;
+  SafetensorsWriter w;
   MxFileStats stats;
   for (const auto& t : f.tensors()) {
     const auto [rows, cols] = matrix_view(in, t.name, t.shape, cfg.axis);
-    const InType it = t.dtype == st::DType::F32 ? InType::F32
-                      : t.dtype == st::DType::BF16 ? InType::BF16 : InType::F16;
+    const InType it = t.dtype == DType::F32 ? InType::F32
+                      : t.dtype == DType::BF16 ? InType::BF16 : InType::F16;
     std::vector<std::byte> codes(static_cast<size_t>(rows * cols));
     std::vector<std::byte> scales(static_cast<size_t>(mx_num_scales(rows, cols, cfg.axis)));
     MxConfig tc = cfg;
@@ -101,7 +101,7 @@ MxFileStats quantize_file(const std::string& in, const std::string& out, const M
     stats.bytes_in += static_cast<int64_t>(t.data.size());
     stats.bytes_out += static_cast<int64_t>(codes.size() + scales.size());
     w.add(t.name, code_dtype(cfg.elem), t.shape, std::move(codes));
-    w.add(t.name + kScaleSuffix, st::DType::F8_E8M0, scale_shape(t.shape, cfg.axis), std::move(scales));
+    w.add(t.name + kScaleSuffix, DType::F8_E8M0, scale_shape(t.shape, cfg.axis), std::move(scales));
   }
   auto m = user_metadata(f);
   m["mxrl.format"] = "mx";
@@ -117,7 +117,7 @@ MxFileStats quantize_file(const std::string& in, const std::string& out, const M
 }
 
 MxFileStats dequantize_file(const std::string& in, const std::string& out, const Exec& exec) {
-  const st::File f = st::File::open(in);
+  const SafetensorsFile f = SafetensorsFile::open(in);
   if (!f.metadata().count("mxrl.format") || f.metadata().at("mxrl.format") != "mx")
     fail("{}: not an MX file written by mxrl quantize (metadata mxrl.format is not 'mx')", in);
   const auto elem = elem_from_name(meta(f, "mxrl.elem"));
@@ -128,20 +128,20 @@ MxFileStats dequantize_file(const std::string& in, const std::string& out, const
   const ElemTraits& tr = elem_traits(*elem);
 
   // Pair every code tensor with its scales; nothing may be left over.
-  std::vector<std::pair<const st::TensorView*, const st::TensorView*>> pairs;
+  std::vector<std::pair<const TensorView*, const TensorView*>> pairs;
   for (const auto& t : f.tensors()) {
     if (is_scale_name(t.name)) {
       const std::string base = t.name.substr(0, t.name.size() - std::strlen(kScaleSuffix));
       if (!f.find(base)) fail("{}: scales '{}' have no tensor '{}'", in, t.name, base);
       continue;
     }
-    const st::TensorView* s = f.find(t.name + kScaleSuffix);
+    const TensorView* s = f.find(t.name + kScaleSuffix);
     if (!s) fail("{}: tensor '{}' has no scales '{}{}'", in, t.name, t.name, kScaleSuffix);
     if (t.dtype != code_dtype(*elem))
-      fail("{}: tensor '{}' has dtype {}, expected {} for {}", in, t.name, st::dtype_name(t.dtype),
-           st::dtype_name(code_dtype(*elem)), tr.name);
-    if (s->dtype != st::DType::F8_E8M0)
-      fail("{}: scales '{}' have dtype {}, expected F8_E8M0", in, s->name, st::dtype_name(s->dtype));
+      fail("{}: tensor '{}' has dtype {}, expected {} for {}", in, t.name, dtype_name(t.dtype),
+           dtype_name(code_dtype(*elem)), tr.name);
+    if (s->dtype != DType::F8_E8M0)
+      fail("{}: scales '{}' have dtype {}, expected F8_E8M0", in, s->name, dtype_name(s->dtype));
     matrix_view(in, t.name, t.shape, axis);
     if (s->shape != scale_shape(t.shape, axis))
       fail("{}: scales '{}' have shape {}, expected {}", in, s->name, shape_str(s->shape),
@@ -153,7 +153,7 @@ MxFileStats dequantize_file(const std::string& in, const std::string& out, const
                static_cast<unsigned>(b), tr.bits, tr.name);
     pairs.emplace_back(&t, s);
   }
-  st::Writer w;
+  SafetensorsWriter w;
   MxFileStats stats;
   for (auto [t, s] : pairs) {
     const auto [rows, cols] = matrix_view(in, t->name, t->shape, axis);
@@ -165,7 +165,7 @@ MxFileStats dequantize_file(const std::string& in, const std::string& out, const
     stats.elements += rows * cols;
     stats.bytes_in += static_cast<int64_t>(t->data.size() + s->data.size());
     stats.bytes_out += static_cast<int64_t>(y.size());
-    w.add(t->name, st::DType::F32, t->shape, std::move(y));
+    w.add(t->name, DType::F32, t->shape, std::move(y));
   }
   w.set_metadata(user_metadata(f));
   w.write(out);

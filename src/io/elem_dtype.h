@@ -7,11 +7,11 @@
 
 namespace mxrl {
 
-inline st::DType code_dtype(ElemType e) {
+inline DType code_dtype(ElemType e) {
   switch (e) {
-    case ElemType::E4M3: return st::DType::F8_E4M3;
-    case ElemType::E5M2: return st::DType::F8_E5M2;
-    default: return st::DType::U8;  // FP6 / FP4: one code a byte, in the low bits
+    case ElemType::E4M3: return DType::F8_E4M3;
+    case ElemType::E5M2: return DType::F8_E5M2;
+    default: return DType::U8;  // FP6 / FP4: one code a byte, in the low bits
   }
 }
 

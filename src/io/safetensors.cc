@@ -17,7 +17,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 
-namespace mxrl::st {
+namespace mxrl {
 namespace {
 
 using nlohmann::json;
@@ -231,15 +231,15 @@ int64_t TensorView::numel() const {
 
 // ---------------------------------------------------------------- File
 
-File File::parse(std::span<const std::byte> bytes, std::string label) {
-  File f;
+SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> bytes, std::string label) {
+  SafetensorsFile f;
   f.path_ = std::move(label);
   f.parse_bytes(bytes);
   return f;
 }
 
-File File::open(const std::string& path) {
-  File f;
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile f;
   f.path_ = path;
   struct Fd {
     int fd;
@@ -263,7 +263,7 @@ File File::open(const std::string& path) {
   return f;
 }
 
-File::File(File&& o) noexcept
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)),
       map_(std::exchange(o.map_, nullptr)),
       map_size_(std::exchange(o.map_size_, 0)),
@@ -271,7 +271,7 @@ File::File(File&& o) noexcept
       index_(std::move(o.index_)),
       metadata_(std::move(o.metadata_)) {}
 
-File& File::operator=(File&& o) noexcept {
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   if (this != &o) {
     if (map_) ::munmap(map_, map_size_);
     path_ = std::move(o.path_);
@@ -284,11 +284,11 @@ File& File::operator=(File&& o) noexcept {
   return *this;
 }
 
-File::~File() {
+SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, map_size_);
 }
 
-void File::parse_bytes(std::span<const std::byte> bytes) {
+void SafetensorsFile::parse_bytes(std::span<const std::byte> bytes) {
   if (bytes.size() < 8) {
     fail("{}: file is too short ({} bytes) to hold the 8-byte header length", path_, bytes.size());
   }
@@ -343,29 +343,29 @@ void File::parse_bytes(std::span<const std::byte> bytes) {
   }
 }
 
-const TensorView* File::find(std::string_view name) const {
+const TensorView* SafetensorsFile::find(std::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-const TensorView& File::at(std::string_view name) const {
+const TensorView& SafetensorsFile::at(std::string_view name) const {
   if (const TensorView* t = find(name)) return *t;
   fail("{}: no tensor {}", path_, show(name));
 }
 
 // ---------------------------------------------------------------- Writer
 
-void Writer::add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<std::byte> data) {
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<std::byte> data) {
   entries_.push_back({std::move(name), dtype, std::move(shape), std::move(data), {}, true});
 }
 
-void Writer::add_view(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> data) {
+void SafetensorsWriter::add_view(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> data) {
   entries_.push_back({std::move(name), dtype, std::move(shape), {}, data, false});
 }
 
-void Writer::set_metadata(std::map<std::string, std::string> metadata) { metadata_ = std::move(metadata); }
+void SafetensorsWriter::set_metadata(std::map<std::string, std::string> metadata) { metadata_ = std::move(metadata); }
 
-void Writer::write(const std::string& path) const {
+void SafetensorsWriter::write(const std::string& path) const {
   json header = json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
@@ -401,4 +401,4 @@ void Writer::write(const std::string& path) const {
   out.commit();
 }
 
-}  // namespace mxrl::st
+}  // namespace mxrl

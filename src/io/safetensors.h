@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mxrl::st {
+namespace mxrl {
 
 enum class DType { F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0, U8, I8, I32, I64 };
 
@@ -41,18 +41,18 @@ struct TensorView {
 // A validated, read-only safetensors file. open() memory-maps the file
 // (MAP_PRIVATE, PROT_READ); the views stay valid while the File lives,
 // including across moves.
-class File {
+class SafetensorsFile {
  public:
-  static File open(const std::string& path);
+  static SafetensorsFile open(const std::string& path);
   // Parses a buffer that the caller keeps alive as long as the File; errors
   // name `label` in place of a path.
-  static File parse(std::span<const std::byte> bytes, std::string label);
+  static SafetensorsFile parse(std::span<const std::byte> bytes, std::string label);
 
-  File(File&&) noexcept;
-  File& operator=(File&&) noexcept;
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File();
+  SafetensorsFile(SafetensorsFile&&) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  ~SafetensorsFile();
 
   // In data-offset order (zero-size tensors at the same offset: by name).
   const std::vector<TensorView>& tensors() const { return tensors_; }
@@ -63,7 +63,7 @@ class File {
   const std::string& path() const { return path_; }
 
  private:
-  File() = default;
+  SafetensorsFile() = default;
   void parse_bytes(std::span<const std::byte> bytes);
 
   std::string path_;
@@ -74,7 +74,7 @@ class File {
   std::map<std::string, std::string> metadata_;
 };
 
-class Writer {
+class SafetensorsWriter {
  public:
   // The writer owns the bytes.
   void add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<std::byte> data);
@@ -102,4 +102,4 @@ class Writer {
   std::map<std::string, std::string> metadata_;
 };
 
-}  // namespace mxrl::st
+}  // namespace mxrl

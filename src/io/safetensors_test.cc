@@ -16,7 +16,7 @@
 #include "testing/files.h"
 #include "util/error.h"
 
-namespace mxrl::st {
+namespace mxrl {
 namespace {
 
 namespace fs = std::filesystem;
@@ -43,7 +43,7 @@ std::vector<std::byte> bytes_of(std::string_view s) {
 
 // The error File::parse reports for `bytes`, or "" if it parses.
 std::string parse_error(const std::vector<std::byte>& bytes) {
-  return test::error_of([&] { File::parse(bytes, kLabel); });
+  return test::error_of([&] { SafetensorsFile::parse(bytes, kLabel); });
 }
 
 // Parsing fails with one message "model.safetensors: ..." containing `phrase`.
@@ -105,7 +105,7 @@ TEST_F(SafetensorsFiles, RoundTripsEveryDTypeWithMetadataScalarsAndZeroSize) {
   make("empty_cols", DType::I64, {3, 0});
   make("after_odd", DType::F64, {1, 1, 2});
 
-  Writer w;
+  SafetensorsWriter w;
   for (size_t i = 0; i < expected.size(); ++i) {
     const Expected& e = expected[i];
     if (i % 2)
@@ -117,7 +117,7 @@ TEST_F(SafetensorsFiles, RoundTripsEveryDTypeWithMetadataScalarsAndZeroSize) {
   w.set_metadata(meta);
   w.write(file("rt.safetensors"));
 
-  File f = File::open(file("rt.safetensors"));
+  SafetensorsFile f = SafetensorsFile::open(file("rt.safetensors"));
   EXPECT_EQ(f.path(), file("rt.safetensors"));
   EXPECT_EQ(f.metadata(), meta);
   ASSERT_EQ(f.tensors().size(), expected.size());
@@ -146,7 +146,7 @@ TEST_F(SafetensorsFiles, RoundTripsEveryDTypeWithMetadataScalarsAndZeroSize) {
 TEST_F(SafetensorsFiles, HeaderIsPaddedSoDataStartsAligned) {
   // Names of every length mod 8 exercise every amount of padding.
   for (int len = 1; len <= 8; ++len) {
-    Writer w;
+    SafetensorsWriter w;
     w.add(std::string(len, 'x'), DType::U8, {1}, {std::byte{42}});
     w.write(file("p.safetensors"));
     std::string raw = slurp(file("p.safetensors"));
@@ -159,14 +159,14 @@ TEST_F(SafetensorsFiles, HeaderIsPaddedSoDataStartsAligned) {
     std::string header = raw.substr(8, n);
     EXPECT_EQ(header.front(), '{');
     EXPECT_EQ(header.find_last_not_of(' '), header.rfind('}'));  // only spaces after the JSON
-    EXPECT_EQ(File::open(file("p.safetensors")).at(std::string(len, 'x')).data.size(), 1u);
+    EXPECT_EQ(SafetensorsFile::open(file("p.safetensors")).at(std::string(len, 'x')).data.size(), 1u);
   }
 }
 
 TEST_F(SafetensorsFiles, EmptyWriterWritesAValidFile) {
-  Writer().write(file("e.safetensors"));
+  SafetensorsWriter().write(file("e.safetensors"));
   EXPECT_EQ(slurp(file("e.safetensors")), std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
-  File f = File::open(file("e.safetensors"));
+  SafetensorsFile f = SafetensorsFile::open(file("e.safetensors"));
   EXPECT_TRUE(f.tensors().empty());
   EXPECT_TRUE(f.metadata().empty());
 }
@@ -185,7 +185,7 @@ TEST(Safetensors, ParsesReferenceLayout) {
   raw += "\x01\x02\x03";
   std::vector<std::byte> bytes = bytes_of(raw);
 
-  File f = File::parse(bytes, "ref.safetensors");
+  SafetensorsFile f = SafetensorsFile::parse(bytes, "ref.safetensors");
   EXPECT_EQ(f.path(), "ref.safetensors");
   EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
   ASSERT_EQ(f.tensors().size(), 2u);
@@ -208,7 +208,7 @@ TEST(Safetensors, ParsesReferenceLayout) {
 
 TEST(Safetensors, AcceptsZeroSizeScalarsAndHeaderPadding) {
   // Zero-size tensors may sit anywhere a tensor boundary is, including the end.
-  File f = File::parse(build(R"({"z0":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+  SafetensorsFile f = SafetensorsFile::parse(build(R"({"z0":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
                              R"("s":{"dtype":"I32","shape":[],"data_offsets":[0,4]},)"
                              R"("z1":{"dtype":"BF16","shape":[2,0,3],"data_offsets":[4,4]},)"
                              R"("z2":{"dtype":"I8","shape":[0],"data_offsets":[4,4]}} )"
@@ -223,13 +223,13 @@ TEST(Safetensors, AcceptsZeroSizeScalarsAndHeaderPadding) {
   EXPECT_EQ(f.at("z1").numel(), 0);
   EXPECT_TRUE(f.at("z2").data.empty());
   // A header with only metadata, and "-0" as an integer.
-  File g = File::parse(build(R"({"__metadata__":{},"z":{"dtype":"U8","shape":[-0],"data_offsets":[0,-0]}})"), kLabel);
+  SafetensorsFile g = SafetensorsFile::parse(build(R"({"__metadata__":{},"z":{"dtype":"U8","shape":[-0],"data_offsets":[0,-0]}})"), kLabel);
   EXPECT_EQ(g.at("z").shape, std::vector<int64_t>{0});
 }
 
 TEST(Safetensors, LookupAndMove) {
   std::vector<std::byte> bytes = build(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", 2);
-  File f = File::parse(bytes, kLabel);
+  SafetensorsFile f = SafetensorsFile::parse(bytes, kLabel);
   EXPECT_EQ(f.find("nope"), nullptr);
   try {
     f.at("nope");
@@ -238,16 +238,16 @@ TEST(Safetensors, LookupAndMove) {
     EXPECT_STREQ(e.what(), "model.safetensors: no tensor 'nope'");
   }
   const TensorView* w = f.find("w");
-  File g = std::move(f);
+  SafetensorsFile g = std::move(f);
   EXPECT_EQ(g.find("w"), w);  // views survive moves
-  File h = File::parse(build("{}"), "other");
+  SafetensorsFile h = SafetensorsFile::parse(build("{}"), "other");
   h = std::move(g);
   EXPECT_EQ(h.path(), kLabel);
   EXPECT_EQ(h.at("w").data.data(), bytes.data() + bytes.size() - 2);
 }
 
 TEST_F(SafetensorsFiles, OpenErrors) {
-  auto open_error = [](const std::string& path) { return test::error_of([&] { File::open(path); }); };
+  auto open_error = [](const std::string& path) { return test::error_of([&] { SafetensorsFile::open(path); }); };
   EXPECT_EQ(open_error(file("missing")), file("missing") + ": cannot open: No such file or directory");
   EXPECT_EQ(open_error(dir_.string()), dir_.string() + ": not a regular file");
   std::ofstream(file("empty")).close();
@@ -419,29 +419,29 @@ TEST(SafetensorsMalformed, NamesWithControlCharactersStayOnOneLine) {
 TEST_F(SafetensorsFiles, WriterErrorsLeaveNoOutput) {
   struct Case {
     const char* what;
-    std::function<void(Writer&)> fill;
+    std::function<void(SafetensorsWriter&)> fill;
     std::string phrase;
   };
   std::vector<std::byte> six(6);
   const Case cases[] = {
-      {"size mismatch", [&](Writer& w) { w.add("w", DType::F32, {2, 3}, six); },
+      {"size mismatch", [&](SafetensorsWriter& w) { w.add("w", DType::F32, {2, 3}, six); },
        "tensor 'w': 6 bytes of data but shape [2, 3] of F32 needs 24"},
-      {"view size mismatch", [&](Writer& w) { w.add_view("v", DType::U8, {5}, six); },
+      {"view size mismatch", [&](SafetensorsWriter& w) { w.add_view("v", DType::U8, {5}, six); },
        "tensor 'v': 6 bytes of data but shape [5] of U8 needs 5"},
       {"duplicate",
-       [&](Writer& w) {
+       [&](SafetensorsWriter& w) {
          w.add("w", DType::U8, {6}, six);
          w.add("x", DType::U8, {6}, six);
          w.add("w", DType::U8, {6}, six);
        },
        "tensor 'w': duplicate tensor name"},
-      {"reserved name", [&](Writer& w) { w.add("__metadata__", DType::U8, {6}, six); }, "reserved"},
-      {"negative shape", [&](Writer& w) { w.add("n", DType::U8, {-1, -6}, six); }, "negative"},
-      {"overflow", [&](Writer& w) { w.add("o", DType::F64, {int64_t(1) << 61}, {}); }, "overflows"},
-      {"bad UTF-8", [&](Writer& w) { w.add("\xff", DType::U8, {6}, six); }, "cannot encode the header"},
+      {"reserved name", [&](SafetensorsWriter& w) { w.add("__metadata__", DType::U8, {6}, six); }, "reserved"},
+      {"negative shape", [&](SafetensorsWriter& w) { w.add("n", DType::U8, {-1, -6}, six); }, "negative"},
+      {"overflow", [&](SafetensorsWriter& w) { w.add("o", DType::F64, {int64_t(1) << 61}, {}); }, "overflows"},
+      {"bad UTF-8", [&](SafetensorsWriter& w) { w.add("\xff", DType::U8, {6}, six); }, "cannot encode the header"},
   };
   for (const Case& c : cases) {
-    Writer w;
+    SafetensorsWriter w;
     w.add("ok", DType::U8, {6}, six);
     c.fill(w);
     std::string path = file("out.safetensors");
@@ -456,11 +456,11 @@ TEST_F(SafetensorsFiles, WriterErrorsLeaveNoOutput) {
     EXPECT_TRUE(dir_empty()) << c.what;
   }
   // An existing file survives a failed write untouched.
-  Writer good;
+  SafetensorsWriter good;
   good.add("ok", DType::U8, {6}, six);
   good.write(file("out.safetensors"));
   std::string before = slurp(file("out.safetensors"));
-  Writer bad;
+  SafetensorsWriter bad;
   bad.add("w", DType::F32, {2}, six);
   EXPECT_THROW(bad.write(file("out.safetensors")), Error);
   EXPECT_EQ(slurp(file("out.safetensors")), before);
@@ -487,7 +487,7 @@ TEST(SafetensorsCorpus, MalformedFilesFailWithExpectedMessages) {
     std::string path = (dir / name).string();
     ASSERT_TRUE(fs::is_regular_file(path)) << "listed but missing: " << path;
     try {
-      File::open(path);
+      SafetensorsFile::open(path);
       ADD_FAILURE() << path << " parsed, expected an error containing: " << phrase;
     } catch (const Error& e) {
       std::string msg = e.what();
@@ -507,11 +507,11 @@ TEST(SafetensorsCorpus, MalformedFilesFailWithExpectedMessages) {
 TEST(SafetensorsCorpus, FuzzSeedsAreValid) {
   int n = 0;
   for (const auto& e : fs::directory_iterator(fs::path(MXRL_SOURCE_DIR) / "fuzz/corpus")) {
-    EXPECT_NO_THROW(File::open(e.path().string())) << e.path();
+    EXPECT_NO_THROW(SafetensorsFile::open(e.path().string())) << e.path();
     ++n;
   }
   EXPECT_GE(n, 3);
 }
 
 }  // namespace
-}  // namespace mxrl::st
+}  // namespace mxrl

@@ -13,11 +13,11 @@
 
 namespace mxrl {
 
-const settings::Table<LearnerConfig>& learner_fields() {
-  using settings::field;
+const SettingsTable<LearnerConfig>& learner_fields() {
+  using setting_field;
   using L = LearnerConfig;
-  static const settings::Table<L> t = [] {
-    settings::Table<L> t = {
+  static const SettingsTable<L> t = [] {
+    SettingsTable<L> t = {
         field<L>("micro_batch_tokens", "Token budget of a micro-batch (sequences are packed)", &L::micro_batch_tokens)
             .min(1),
         field<L>("recipe.plan", "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)", [](L& l) -> auto& {
@@ -28,7 +28,7 @@ const settings::Table<LearnerConfig>& learner_fields() {
         field<L>("recipe.requant_every_microbatch", "Remake the weight quantizations every micro-batch (to measure their cost)",
                  [](L& l) -> auto& { return l.recipe.requant_every_microbatch; }),
     };
-    for (auto& f : settings::nest<L>(optim_fields(), &L::optim, "optim.")) t.push_back(std::move(f));
+    for (auto& f : setting_nest<L>(optim_fields(), &L::optim, "optim.")) t.push_back(std::move(f));
     t.push_back(field<L>("aux_loss_coef", "MoE load-balancing loss coefficient", &L::aux_loss_coef));
     return t;
   }();

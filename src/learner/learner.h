@@ -53,7 +53,7 @@ struct LearnerConfig {
 };
 // Its fields (util/settings.h), the optimizer's included under "optim.": the
 // keys of the learner settings in the SFT and RL training states.
-const settings::Table<LearnerConfig>& learner_fields();
+const SettingsTable<LearnerConfig>& learner_fields();
 
 // Policy log-probs are of softmax(logits / temperature) (temperature 1: the
 // logits as they are), each row divided in FP32 exactly as the sampler does

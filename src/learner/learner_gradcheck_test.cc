@@ -21,8 +21,8 @@
 namespace mxrl {
 namespace {
 
-using testref::ReferenceModel;
-using testref::RefResult;
+using test::ReferenceModel;
+using test::RefResult;
 
 // Random init with a std large enough for sizeable gradients; norm weights
 // around 1 (not exactly 1, so a backward that ignores them shows).
@@ -142,12 +142,12 @@ CheckResult run_check(const char* label, const ModelConfig& c, uint64_t seed, fl
   };
   res.ref_ce = base.ce, res.ref_aux = base.aux, res.min_margin = base.min_margin;
   if (!split_aux) {  // the cached re-evaluation agrees with the plain one
-    EXPECT_EQ(testref::reference_loss(params, batch, aux_coef), base.loss);
+    EXPECT_EQ(test::reference_loss(params, batch, aux_coef), base.loss);
     for (int t : {params.embed(), params.layer(c.num_hidden_layers - 1).q, params.final_norm()}) {
       const int64_t i = params.entries()[t].offset + params.entries()[t].numel / 2;
       std::vector<double> w = ref.weights();
       w[i] += 0.01;
-      EXPECT_NEAR(testref::reference_loss(params, batch, aux_coef, &w), ref.perturbed(i, 0.01).loss, 1e-12);
+      EXPECT_NEAR(test::reference_loss(params, batch, aux_coef, &w), ref.perturbed(i, 0.01).loss, 1e-12);
     }
   }
   EXPECT_NEAR(res.loss, base.ce, 1e-5 * std::abs(base.ce)) << label << ": learner fp32 loss vs reference";

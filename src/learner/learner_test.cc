@@ -28,7 +28,7 @@ namespace {
 
 std::string fixture(const std::string& name) { return std::string(MXRL_SOURCE_DIR) + "/tests/data/" + name; }
 
-std::vector<float> tensor_f32(const st::File& f, const std::string& name) {
+std::vector<float> tensor_f32(const SafetensorsFile& f, const std::string& name) {
   const auto& t = f.at(name);
   std::vector<float> v(t.numel());
   std::memcpy(v.data(), t.data.data(), t.data.size());
@@ -44,7 +44,7 @@ LearnerConfig config_for(const std::string& plan, int64_t micro = 1 << 20) {
 
 // Every row of the fixture's tokens as one sequence, all tokens after the first targets.
 std::vector<Sequence> fixture_batch(const std::string& dir) {
-  const st::File ref = st::File::open(dir + "/reference.safetensors");
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
   const auto& t = ref.at("tokens");
   std::vector<int32_t> toks(t.numel());
   std::memcpy(toks.data(), t.data.data(), t.data.size());
@@ -65,10 +65,10 @@ void expect_matches_pytorch(const std::string& name, int64_t micro) {
   Learner learner(std::move(ck.params), config_for("fp32", micro));
   std::vector<float> grads;
   const double loss = learner.loss_and_grads(fixture_batch(dir), grads);
-  const st::File ref = st::File::open(dir + "/reference.safetensors");
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
   const float want = tensor_f32(ref, "loss")[0];
   EXPECT_NEAR(loss, want, 2e-6 * std::fabs(want)) << name;
-  const st::File g = st::File::open(dir + "/grads.safetensors");
+  const SafetensorsFile g = SafetensorsFile::open(dir + "/grads.safetensors");
   double worst = 0;
   int checked = 0;
   for (const ParamInfo& p : learner.params().entries()) {

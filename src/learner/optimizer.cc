@@ -24,14 +24,14 @@ const char* schedule_name(LrSchedule s) { return s == LrSchedule::Cosine ? "cosi
 
 }  // namespace
 
-const settings::Table<OptimConfig>& optim_fields() {
-  using settings::field;
+const SettingsTable<OptimConfig>& optim_fields() {
+  using setting_field;
   using O = OptimConfig;
-  static const settings::Table<O> t = [] {
-    settings::Table<O> t = {
+  static const SettingsTable<O> t = [] {
+    SettingsTable<O> t = {
       field<O>("lr", "Peak learning rate", &O::lr).above(0),
       field<O>("warmup_steps", "Linear warmup steps", &O::warmup_steps).min(0).cli("warmup"),
-      settings::enum_field<O>("schedule", "Learning-rate schedule after the warmup", &O::schedule,
+      setting_enum_field<O>("schedule", "Learning-rate schedule after the warmup", &O::schedule,
                               std::vector<LrSchedule>{LrSchedule::Constant, LrSchedule::Cosine}, schedule_name),
       field<O>("min_lr_ratio", "Cosine floor as a fraction of --lr", &O::min_lr_ratio).range(0, 1),
       field<O>("weight_decay", "AdamW decoupled weight decay (linears, embeddings)", &O::weight_decay).min(0),
@@ -49,7 +49,7 @@ const settings::Table<OptimConfig>& optim_fields() {
 
 void OptimConfig::validate() const {
   const char* ctx = "optimizer config";
-  settings::check_bounds(optim_fields(), *this, ctx);
+  setting_check_bounds(optim_fields(), *this, ctx);
   if (lr * weight_decay >= 1)
     fail("{}: weight_decay {} times lr {} must be below 1 (the decay factor is 1 - lr * weight_decay)", ctx,
          weight_decay, lr);
@@ -58,11 +58,11 @@ void OptimConfig::validate() const {
          warmup_steps);
 }
 
-nlohmann::json OptimConfig::to_json() const { return settings::to_json(optim_fields(), *this); }
+nlohmann::json OptimConfig::to_json() const { return settings_to_json(optim_fields(), *this); }
 
 OptimConfig OptimConfig::from_json(const nlohmann::json& j) {
   OptimConfig c;  // missing keys keep these defaults (every field is optional)
-  settings::from_json(optim_fields(), j, c, "optimizer config");
+  settings_from_json(optim_fields(), j, c, "optimizer config");
   c.validate();
   return c;
 }

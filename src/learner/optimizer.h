@@ -35,7 +35,7 @@ struct OptimConfig {
 };
 // Its fields (util/settings.h): key, flag, help, bounds. eps and total_steps
 // have no option (total_steps is set by the run for the cosine schedule).
-const settings::Table<OptimConfig>& optim_fields();
+const SettingsTable<OptimConfig>& optim_fields();
 
 // The learning rate of 0-based step `step`: lr * (step + 1) / warmup_steps
 // while step < warmup_steps; then lr (Constant), or (Cosine)

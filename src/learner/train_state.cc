@@ -77,7 +77,7 @@ bool plain_name(const std::string& n) {
 
 StateFile parse_state_file(const fs::path& path) {
   const std::string file = path.string();
-  const nlohmann::json j = jsonr::parse(read_text_file(path), file);
+  const nlohmann::json j = json_parse(read_text_file(path), file);
   if (!j.is_object()) fail("{}: expected a JSON object, got {}", file, j.type_name());
   if (!j.contains("format")) fail("{}: no \"format\" (expected \"{}\")", file, kTrainStateFormat);
   if (!j["format"].is_string() || j["format"].get<std::string>() != kTrainStateFormat)
@@ -158,13 +158,13 @@ void save_train_state(const std::string& dir, const TrainState& s) {
 
   write_dir_atomic(dir, [&](const std::string& tmp) {
     for (const auto& [name, bytes] : s.files) write_file_atomic((fs::path(tmp) / name).string(), bytes);
-    write_checkpoint_files(tmp, s.config, s.params, st::DType::F32, {}, s.tokenizer_json,
+    write_checkpoint_files(tmp, s.config, s.params, DType::F32, {}, s.tokenizer_json,
                            s.tokenizer_config_json);
-    st::Writer w;
+    SafetensorsWriter w;
     for (const char* which : {"m", "v"}) {
       const std::vector<float>& x = which[0] == 'm' ? s.m : s.v;
       for (const ParamInfo& p : s.params.entries())
-        w.add_view(std::string(which) + "." + p.name, st::DType::F32, p.shape,
+        w.add_view(std::string(which) + "." + p.name, DType::F32, p.shape,
                    std::as_bytes(std::span<const float>(x.data() + p.offset, p.numel)));
     }
     w.set_metadata({{"format", "pt"}});
@@ -198,8 +198,8 @@ TrainState load_train_state(const std::string& dir_s) {
     if (!sf.xxh3.count(name)) fail("{}: not covered by the XXH3 digests in {}", (dir / name).string(), kStateFile);
 
   Checkpoint ck = load_checkpoint(dir_s);
-  if (ck.dtype != st::DType::F32)
-    fail("{}: the weights are {}; a train state holds F32 master weights", dir_s, st::dtype_name(ck.dtype));
+  if (ck.dtype != DType::F32)
+    fail("{}: the weights are {}; a train state holds F32 master weights", dir_s, dtype_name(ck.dtype));
   TrainState s{std::move(ck.config), std::move(ck.params), {}, {}, sf.step, std::move(sf.meta),
                std::move(ck.tokenizer_json), std::move(ck.tokenizer_config_json)};
   // The model is the one the state recorded, parameter for parameter.
@@ -219,7 +219,7 @@ TrainState load_train_state(const std::string& dir_s) {
              shape_str(shape));
 
   const std::string opt_file = opt_path.string();
-  const st::File f = st::File::open(opt_file);
+  const SafetensorsFile f = SafetensorsFile::open(opt_file);
   const auto& entries = s.params.entries();
   const int64_t n = s.params.numel();
   s.m.assign(n, 0.0f);
@@ -230,8 +230,8 @@ TrainState load_train_state(const std::string& dir_s) {
     const int i = is_m || is_v ? s.params.index_of(std::string_view(t.name).substr(2)) : -1;
     if (i < 0) fail("{}: unexpected tensor '{}' (expected m.<param> or v.<param>)", opt_file, t.name);
     const ParamInfo& p = entries[i];
-    if (t.dtype != st::DType::F32)
-      fail("{}: tensor '{}' has dtype {}, expected F32", opt_file, t.name, st::dtype_name(t.dtype));
+    if (t.dtype != DType::F32)
+      fail("{}: tensor '{}' has dtype {}, expected F32", opt_file, t.name, dtype_name(t.dtype));
     if (t.shape != p.shape)
       fail("{}: tensor '{}' has shape {}, the parameter has {}", opt_file, t.name, shape_str(t.shape),
            shape_str(p.shape));

@@ -128,17 +128,17 @@ TEST_F(TrainStateTest, RoundTripIsBitwise) {
 
     // The directory is also a plain F32 checkpoint.
     const Checkpoint ck = load_checkpoint(dir.string());
-    EXPECT_EQ(ck.dtype, st::DType::F32);
+    EXPECT_EQ(ck.dtype, DType::F32);
     EXPECT_TRUE(bitwise_equal(ck.params.storage(), s.params.storage()));
     EXPECT_EQ(ck.tokenizer_json, s.tokenizer_json);
 
     // The optimizer file: m.<name> and v.<name>, F32, the param shapes.
-    const st::File f = st::File::open((dir / "optimizer.safetensors").string());
+    const SafetensorsFile f = SafetensorsFile::open((dir / "optimizer.safetensors").string());
     EXPECT_EQ(f.tensors().size(), 2 * s.params.entries().size());
     for (const ParamInfo& p : s.params.entries()) {
       for (const char* pre : {"m.", "v."}) {
-        const st::TensorView& tv = f.at(pre + p.name);
-        EXPECT_EQ(tv.dtype, st::DType::F32);
+        const TensorView& tv = f.at(pre + p.name);
+        EXPECT_EQ(tv.dtype, DType::F32);
         EXPECT_EQ(tv.shape, p.shape);
       }
     }
@@ -228,8 +228,8 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
   // Rewrites optimizer.safetensors through edit(writer, tensor).
   auto rewrite_opt = [&](auto edit) {
     const std::string bytes = slurp(opt);  // the File maps the file; keep a copy
-    const st::File f = st::File::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), opt);
-    st::Writer w;
+    const SafetensorsFile f = SafetensorsFile::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), opt);
+    SafetensorsWriter w;
     for (const auto& t : f.tensors()) edit(w, t);
     fs::remove(opt);
     w.write(opt);
@@ -258,14 +258,14 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
                "no \"meta\"");
   expect_error(
       [&] {
-        rewrite_opt([](st::Writer& w, const st::TensorView& t) {
+        rewrite_opt([](SafetensorsWriter& w, const TensorView& t) {
           if (t.name != "v.model.norm.weight") w.add_view(t.name, t.dtype, t.shape, t.data);
         });
       },
       opt, "missing tensor 'v.model.norm.weight'");
   expect_error(
       [&] {
-        rewrite_opt([](st::Writer& w, const st::TensorView& t) {
+        rewrite_opt([](SafetensorsWriter& w, const TensorView& t) {
           w.add_view(t.name, t.dtype, t.shape, t.data);
           if (t.name == "m.model.norm.weight") w.add_view("m.model.bogus.weight", t.dtype, t.shape, t.data);
         });
@@ -273,7 +273,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
       opt, "unexpected tensor 'm.model.bogus.weight'");
   expect_error(
       [&] {
-        rewrite_opt([](st::Writer& w, const st::TensorView& t) {
+        rewrite_opt([](SafetensorsWriter& w, const TensorView& t) {
           w.add_view(t.name, t.dtype, t.shape, t.data);
           if (t.name == "m.model.norm.weight") w.add_view("model.norm.weight", t.dtype, t.shape, t.data);
         });
@@ -281,7 +281,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
       opt, "unexpected tensor 'model.norm.weight'");
   expect_error(
       [&] {
-        rewrite_opt([](st::Writer& w, const st::TensorView& t) {
+        rewrite_opt([](SafetensorsWriter& w, const TensorView& t) {
           auto shape = t.shape;
           if (t.name == "m.model.layers.0.self_attn.q_proj.weight") shape = {shape[0] * shape[1]};
           w.add_view(t.name, t.dtype, shape, t.data);
@@ -290,9 +290,9 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
       opt, "tensor 'm.model.layers.0.self_attn.q_proj.weight' has shape [8192], the parameter has [128, 64]");
   expect_error(
       [&] {
-        rewrite_opt([](st::Writer& w, const st::TensorView& t) {
+        rewrite_opt([](SafetensorsWriter& w, const TensorView& t) {
           if (t.name != "v.model.norm.weight") return w.add_view(t.name, t.dtype, t.shape, t.data);
-          w.add(t.name, st::DType::BF16, t.shape, std::vector<std::byte>(t.data.size() / 2));
+          w.add(t.name, DType::BF16, t.shape, std::vector<std::byte>(t.data.size() / 2));
         });
       },
       opt, "tensor 'v.model.norm.weight' has dtype BF16, expected F32");
@@ -301,7 +301,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
   expect_error(
       [&] {
         fs::remove(dir / "model.safetensors");
-        write_checkpoint_files(dir.string(), good.config, good.params, st::DType::BF16);
+        write_checkpoint_files(dir.string(), good.config, good.params, DType::BF16);
         reseal(dir);
       },
       dir.string(), "F32 master weights");
@@ -309,7 +309,7 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
   EXPECT_NE(error_of([&] { load_train_state((root_ / "nowhere").string()); }).find("not a train state directory"),
             std::string::npos);
   // A plain checkpoint is not a train state.
-  save_checkpoint((root_ / "plain").string(), good.config, good.params, st::DType::F32);
+  save_checkpoint((root_ / "plain").string(), good.config, good.params, DType::F32);
   EXPECT_NE(error_of([&] { load_train_state((root_ / "plain").string()); })
                 .find((root_ / "plain" / "trainer_state.json").string() + ": missing"),
             std::string::npos);
@@ -357,7 +357,7 @@ TEST_F(TrainStateTest, FailedSaveLeavesTheOldDirectoryIntact) {
   std::map<std::string, std::string> shards;
   for (const ParamInfo& p : s.params.entries()) shards[p.name] = "model-1.safetensors";
   shards["model.norm.weight"] = "zz/model-2.safetensors";
-  EXPECT_THROW(save_checkpoint(dir.string(), s.config, s.params, st::DType::F32, shards), Error);
+  EXPECT_THROW(save_checkpoint(dir.string(), s.config, s.params, DType::F32, shards), Error);
   intact("save_checkpoint mid-write");
 
   // Saving over a path whose parent is a file.
@@ -441,8 +441,8 @@ TEST_F(TrainStateTest, NonFiniteOptimizerStateIsRefused) {
     fs::remove_all(dir);
     save_train_state(dir.string(), good);
     const std::string bytes = slurp(opt);
-    const st::File f = st::File::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), opt);
-    st::Writer w;
+    const SafetensorsFile f = SafetensorsFile::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), opt);
+    SafetensorsWriter w;
     std::vector<float> edited;
     for (const auto& t : f.tensors()) {
       if (t.name != (std::isnan(bad) ? "m.model.norm.weight" : "v.model.norm.weight")) {

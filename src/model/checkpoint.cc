@@ -18,19 +18,19 @@ namespace mxrl {
 namespace fs = std::filesystem;
 
 namespace {
-void to_f32(const st::TensorView& t, float* out, const std::string& file) {
+void to_f32(const TensorView& t, float* out, const std::string& file) {
   const std::byte* p = t.data.data();
   const int64_t n = t.numel();
   switch (t.dtype) {
-    case st::DType::F32: std::memcpy(out, p, n * 4); break;
-    case st::DType::BF16:
+    case DType::F32: std::memcpy(out, p, n * 4); break;
+    case DType::BF16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
         out[i] = bf16_to_f32(h);
       }
       break;
-    case st::DType::F16:
+    case DType::F16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
@@ -39,25 +39,25 @@ void to_f32(const st::TensorView& t, float* out, const std::string& file) {
       break;
     default:
       fail("{}: tensor '{}' has dtype {}; checkpoints hold F32, BF16 or F16", file, t.name,
-           st::dtype_name(t.dtype));
+           dtype_name(t.dtype));
   }
 }
 
-std::vector<std::byte> from_f32(const float* x, int64_t n, st::DType dtype) {
-  std::vector<std::byte> out(n * st::dtype_size(dtype));
-  if (dtype == st::DType::F32) {
+std::vector<std::byte> from_f32(const float* x, int64_t n, DType dtype) {
+  std::vector<std::byte> out(n * dtype_size(dtype));
+  if (dtype == DType::F32) {
     std::memcpy(out.data(), x, n * 4);
     return out;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = dtype == st::DType::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+    const uint16_t h = dtype == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
     std::memcpy(&out[2 * i], &h, 2);
   }
   return out;
 }
 
-const char* torch_dtype_name(st::DType d) {
-  return d == st::DType::BF16 ? "bfloat16" : d == st::DType::F16 ? "float16" : "float32";
+const char* torch_dtype_name(DType d) {
+  return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
 }
 }  // namespace
 
@@ -65,13 +65,13 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   const fs::path dir(dir_s);
   if (!fs::is_directory(dir)) fail("{}: not a checkpoint directory", dir_s);
   const ModelConfig cfg = ModelConfig::load((dir / "config.json").string());
-  Checkpoint ck{cfg, ParamTable(cfg), st::DType::F32, {}, {}, {}};
+  Checkpoint ck{cfg, ParamTable(cfg), DType::F32, {}, {}, {}};
 
   // The files: one model.safetensors, or the shards of the index.
   std::vector<std::string> files;
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    const nlohmann::json j = jsonr::parse(read_text_file(index), index.string());
+    const nlohmann::json j = json_parse(read_text_file(index), index.string());
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: no weight_map object", index.string());
     std::set<std::string> seen;
@@ -91,7 +91,7 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   bool dtype_set = false;
   for (const std::string& fname : files) {
     const std::string path = (dir / fname).string();
-    const st::File f = st::File::open(path);
+    const SafetensorsFile f = SafetensorsFile::open(path);
     for (const auto& t : f.tensors()) {
       if (!ck.shard_of.empty()) {
         auto it = ck.shard_of.find(t.name);
@@ -127,9 +127,9 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
 namespace {
 // The argument checks of save_checkpoint, before anything is written; errors name `label`.
 void check_save_args(const std::string& label, const ParamTable& params,
-                     st::DType dtype, const std::map<std::string, std::string>& shard_of) {
-  if (dtype != st::DType::F32 && dtype != st::DType::BF16 && dtype != st::DType::F16)
-    fail("{}: checkpoints are saved as F32, BF16 or F16, not {}", label, st::dtype_name(dtype));
+                     DType dtype, const std::map<std::string, std::string>& shard_of) {
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
+    fail("{}: checkpoints are saved as F32, BF16 or F16, not {}", label, dtype_name(dtype));
   if (params.numel() == 0) fail("{}: the parameter table has no storage", label);
   if (!shard_of.empty())
     for (const ParamInfo& p : params.entries())
@@ -138,12 +138,12 @@ void check_save_args(const std::string& label, const ParamTable& params,
 }  // namespace
 
 void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
-                            st::DType dtype, const std::map<std::string, std::string>& shard_of,
+                            DType dtype, const std::map<std::string, std::string>& shard_of,
                             const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
   check_save_args(dir_s, params, dtype, shard_of);
   const fs::path dir(dir_s);
   // Group tensors by shard, keeping the table's order within each.
-  std::map<std::string, st::Writer> writers;
+  std::map<std::string, SafetensorsWriter> writers;
   for (const ParamInfo& p : params.entries()) {
     const std::string file = shard_of.empty() ? std::string("model.safetensors") : shard_of.at(p.name);
     writers[file].add(p.name, dtype, p.shape, from_f32(params.storage().data() + p.offset, p.numel, dtype));
@@ -155,7 +155,7 @@ void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config,
   if (!shard_of.empty()) {
     nlohmann::json wm = nlohmann::json::object();
     for (const ParamInfo& p : params.entries()) wm[p.name] = shard_of.at(p.name);
-    int64_t total = static_cast<int64_t>(params.numel() * st::dtype_size(dtype));
+    int64_t total = static_cast<int64_t>(params.numel() * dtype_size(dtype));
     write_file_atomic((dir / "model.safetensors.index.json").string(),
                       nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", wm}}.dump(2) + "\n");
   }
@@ -168,7 +168,7 @@ void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config,
 }
 
 void save_checkpoint(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
-                     st::DType dtype, const std::map<std::string, std::string>& shard_of,
+                     DType dtype, const std::map<std::string, std::string>& shard_of,
                      const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
   check_save_args(dir_s, params, dtype, shard_of);
   write_dir_atomic(dir_s, [&](const std::string& tmp) {

@@ -17,7 +17,7 @@ namespace mxrl {
 struct Checkpoint {
   ModelConfig config;
   ParamTable params;
-  st::DType dtype = st::DType::F32;           // the dtype the tensors were stored in
+  DType dtype = DType::F32;           // the dtype the tensors were stored in
   std::map<std::string, std::string> shard_of;  // tensor -> shard file; empty: one file
   std::string tokenizer_json;                 // tokenizer.json contents, if the directory had one
   std::string tokenizer_config_json;
@@ -28,7 +28,7 @@ Checkpoint load_checkpoint(const std::string& dir);
 // dtype: F32, BF16 or F16 (values rounded to nearest even). shard_of as in
 // Checkpoint (empty: a single model.safetensors).
 void save_checkpoint(const std::string& dir, const ModelConfig& config, const ParamTable& params,
-                     st::DType dtype, const std::map<std::string, std::string>& shard_of = {},
+                     DType dtype, const std::map<std::string, std::string>& shard_of = {},
                      const std::string& tokenizer_json = {},
                      const std::string& tokenizer_config_json = {});
 void save_checkpoint(const std::string& dir, const Checkpoint& ck);
@@ -38,7 +38,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck);
 // build a larger directory inside write_dir_atomic (util/atomic_file.h), as
 // save_checkpoint itself does.
 void write_checkpoint_files(const std::string& dir, const ModelConfig& config, const ParamTable& params,
-                            st::DType dtype, const std::map<std::string, std::string>& shard_of = {},
+                            DType dtype, const std::map<std::string, std::string>& shard_of = {},
                             const std::string& tokenizer_json = {},
                             const std::string& tokenizer_config_json = {});
 

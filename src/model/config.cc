@@ -31,7 +31,7 @@ void ModelConfig::validate(const std::string& label) const {
     if (v <= 0) fail("{}: {} must be positive (got {})", label, name, v);
   };
   if (model_type != "qwen3" && model_type != "qwen3_moe")
-    fail("{}: model_type {} is not supported (qwen3, qwen3_moe)", label, jsonr::brief(nlohmann::json(model_type)));
+    fail("{}: model_type {} is not supported (qwen3, qwen3_moe)", label, json_brief(nlohmann::json(model_type)));
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
   positive("num_hidden_layers", num_hidden_layers);
@@ -109,20 +109,20 @@ class Fields {
   std::string where(std::string_view key) const { return fmt::format("{}: field '{}'", label_, key); }
 
   void integer(std::string_view key, int64_t& out, int64_t lo, int64_t hi, bool required) {
-    if (const json* v = required ? &require(key) : find_non_null(key)) out = jsonr::integer(*v, lo, hi, where(key));
+    if (const json* v = required ? &require(key) : find_non_null(key)) out = json_integer(*v, lo, hi, where(key));
   }
   void number(std::string_view key, double& out) {
-    if (const json* v = find_non_null(key)) out = jsonr::number(*v, where(key));
+    if (const json* v = find_non_null(key)) out = json_number(*v, where(key));
   }
   void boolean(std::string_view key, bool& out) {
-    if (const json* v = find_non_null(key)) out = jsonr::boolean(*v, where(key));
+    if (const json* v = find_non_null(key)) out = json_boolean(*v, where(key));
   }
   // A field mxrl does not implement: accepted only at the value that leaves the math unchanged.
   template <typename T>
   void must_be(std::string_view key, const T& inert, std::string_view why) {
     const json* v = find(key);
     if (v && !v->is_null() && *v != json(inert))
-      fail("{}: field '{}' = {} is not supported ({})", label_, key, jsonr::brief(*v), why);
+      fail("{}: field '{}' = {} is not supported ({})", label_, key, json_brief(*v), why);
   }
   // Every key not read above must be inert.
   void refuse_unknown() const {
@@ -130,7 +130,7 @@ class Fields {
       if (!seen_.count(it.key()) && !inert_keys().count(it.key()))
         fail("{}: unknown field {}: mxrl cannot tell whether it changes the model's math, so it refuses the "
              "config (src/model/config.cc lists the fields it reads, ignores and refuses)",
-             label_, jsonr::brief(nlohmann::json(it.key())));  // quoted and escaped: one line whatever the key
+             label_, json_brief(nlohmann::json(it.key())));  // quoted and escaped: one line whatever the key
   }
 
  private:
@@ -146,8 +146,8 @@ class Fields {
 // disagree the config is ambiguous and refused.
 // partial_rotary_factor (top level, or inside the RoPE dict): only 1 is implemented.
 void check_full_rotation(const json& v, const std::string& label, const std::string& field) {
-  if (jsonr::number(v, fmt::format("{}: field '{}'", label, field)) != 1.0)
-    fail("{}: field '{}' = {} is not supported (mxrl rotates the whole head)", label, field, jsonr::brief(v));
+  if (json_number(v, fmt::format("{}: field '{}'", label, field)) != 1.0)
+    fail("{}: field '{}' = {} is not supported (mxrl rotates the whole head)", label, field, json_brief(v));
 }
 
 void read_rope(Fields& f, const std::string& label, double& theta) {
@@ -162,13 +162,13 @@ void read_rope(Fields& f, const std::string& label, double& theta) {
          label);
   const json* rp = scaling ? scaling : params;
   const char* rp_name = scaling ? "rope_scaling" : "rope_parameters";
-  if (rp && !rp->is_object()) fail("{}: field '{}' must be an object or null, got {}", label, rp_name, jsonr::brief(*rp));
+  if (rp && !rp->is_object()) fail("{}: field '{}' must be an object or null, got {}", label, rp_name, json_brief(*rp));
   const json* inner_theta = nullptr;
   if (rp) {
     for (const char* k : {"rope_type", "type"}) {  // the type first: it names what is unsupported
       if (!rp->contains(k)) continue;
       const std::string field = fmt::format("{}.{}", rp_name, k);
-      const std::string& t = jsonr::string((*rp)[k], fmt::format("{}: field '{}'", label, field));
+      const std::string& t = json_string((*rp)[k], fmt::format("{}: field '{}'", label, field));
       if (t != "default")
         fail("{}: field '{}' = \"{}\" is not supported (mxrl implements only the default, unscaled RoPE)", label,
              field, t);
@@ -186,12 +186,12 @@ void read_rope(Fields& f, const std::string& label, double& theta) {
     }
   }
   if (inner_theta) {
-    theta = jsonr::number(*inner_theta, fmt::format("{}: field '{}.rope_theta'", label, rp_name));
-    if (top_theta && jsonr::number(*top_theta, f.where("rope_theta")) != theta)
+    theta = json_number(*inner_theta, fmt::format("{}: field '{}.rope_theta'", label, rp_name));
+    if (top_theta && json_number(*top_theta, f.where("rope_theta")) != theta)
       fail("{}: rope_theta = {} and {}.rope_theta = {} disagree (transformers 4.x reads the first, 5.x the second)",
-           label, jsonr::brief(*top_theta), rp_name, jsonr::brief(*inner_theta));
+           label, json_brief(*top_theta), rp_name, json_brief(*inner_theta));
   } else if (top_theta) {
-    theta = jsonr::number(*top_theta, f.where("rope_theta"));
+    theta = json_number(*top_theta, f.where("rope_theta"));
   }
   if (const json* p = f.find_non_null("partial_rotary_factor")) check_full_rotation(*p, label, "partial_rotary_factor");
 }
@@ -202,9 +202,9 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& label) {
   if (!j.is_object()) fail("{}: config is not a JSON object", label);
   Fields f(j, label);
   ModelConfig c;
-  c.model_type = jsonr::string(f.require("model_type"), f.where("model_type"));
+  c.model_type = json_string(f.require("model_type"), f.where("model_type"));
   if (c.model_type != "qwen3" && c.model_type != "qwen3_moe")
-    fail("{}: model_type {} is not supported (qwen3, qwen3_moe)", label, jsonr::brief(nlohmann::json(c.model_type)));
+    fail("{}: model_type {} is not supported (qwen3, qwen3_moe)", label, json_brief(nlohmann::json(c.model_type)));
   const bool moe = c.model_type == "qwen3_moe";
 
   // Shapes: required (transformers always writes them; its class defaults are Qwen3-8B's).
@@ -238,29 +238,29 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& label) {
     if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.num_hidden_layers)
       fail("{}: field 'layer_types' must list one type per layer ({} layers)", label, c.num_hidden_layers);
     for (size_t i = 0; i < lt->size(); ++i)
-      if (jsonr::string((*lt)[i], fmt::format("{}: field 'layer_types'[{}]", label, i)) != "full_attention")
+      if (json_string((*lt)[i], fmt::format("{}: field 'layer_types'[{}]", label, i)) != "full_attention")
         fail("{}: field 'layer_types'[{}] = {} is not supported (mxrl implements full causal attention only)", label,
-             i, jsonr::brief((*lt)[i]));
+             i, json_brief((*lt)[i]));
   }
 
   // Informational.
   const json* dtype5 = f.find("dtype");  // 5.x writes dtype, 4.x torch_dtype
   const json* dtype4 = f.find("torch_dtype");
-  if (dtype5 && !dtype5->is_null()) c.torch_dtype = jsonr::string(*dtype5, f.where("dtype"));
-  else if (dtype4 && !dtype4->is_null()) c.torch_dtype = jsonr::string(*dtype4, f.where("torch_dtype"));
+  if (dtype5 && !dtype5->is_null()) c.torch_dtype = json_string(*dtype5, f.where("dtype"));
+  else if (dtype4 && !dtype4->is_null()) c.torch_dtype = json_string(*dtype4, f.where("torch_dtype"));
   if (const json* b = f.find("bos_token_id"); b && !b->is_null())  // token ids may be null
-    c.bos_token_id = jsonr::integer(*b, 0, kMaxDim - 1, f.where("bos_token_id"));
+    c.bos_token_id = json_integer(*b, 0, kMaxDim - 1, f.where("bos_token_id"));
   if (const json* e = f.find("eos_token_id"); e && !e->is_null())
-    c.eos_token_ids = e->is_array() ? jsonr::integers(*e, 0, kMaxDim - 1, f.where("eos_token_id"))
-                                    : std::vector<int64_t>{jsonr::integer(*e, 0, kMaxDim - 1, f.where("eos_token_id"))};
+    c.eos_token_ids = e->is_array() ? json_integers(*e, 0, kMaxDim - 1, f.where("eos_token_id"))
+                                    : std::vector<int64_t>{json_integer(*e, 0, kMaxDim - 1, f.where("eos_token_id"))};
 
   if (moe) {
     const json* a = f.find_non_null("num_experts");
     const json* b = f.find_non_null("num_local_experts");
     if (!a && !b) fail("{}: missing field 'num_experts' (transformers 5: 'num_local_experts')", label);
-    if (a) c.num_experts = jsonr::integer(*a, 0, kMaxDim, f.where("num_experts"));
+    if (a) c.num_experts = json_integer(*a, 0, kMaxDim, f.where("num_experts"));
     if (b) {
-      const int64_t n = jsonr::integer(*b, 0, kMaxDim, f.where("num_local_experts"));
+      const int64_t n = json_integer(*b, 0, kMaxDim, f.where("num_local_experts"));
       if (a && n != c.num_experts)
         fail("{}: num_experts = {} and num_local_experts = {} disagree", label, c.num_experts, n);
       c.num_experts = n;
@@ -270,7 +270,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& label) {
     f.boolean("norm_topk_prob", c.norm_topk_prob);
     f.integer("decoder_sparse_step", c.decoder_sparse_step, 1, kMaxDim, false);
     if (const json* m = f.find("mlp_only_layers"); m && !m->is_null())
-      c.mlp_only_layers = jsonr::integers(*m, 0, kMaxDim, f.where("mlp_only_layers"));
+      c.mlp_only_layers = json_integers(*m, 0, kMaxDim, f.where("mlp_only_layers"));
     f.number("router_aux_loss_coef", c.router_aux_loss_coef);
   }
   f.refuse_unknown();
@@ -285,7 +285,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
   if (!f) fail("{}: cannot open", path);
   std::stringstream ss;
   ss << f.rdbuf();
-  return from_json(jsonr::parse(ss.str(), path), path);
+  return from_json(json_parse(ss.str(), path), path);
 }
 
 json ModelConfig::to_json() const {

@@ -85,7 +85,7 @@ std::vector<TensorDigest> linear_digests(const PreparedLinear& L, const std::str
     TensorDigest d;
     d.name = name;
     d.part = p.part;
-    d.dtype = st::dtype_name(p.dtype);
+    d.dtype = dtype_name(p.dtype);
     d.shape = p.shape;
     d.precision = prec;
     d.bytes = p.bytes;
@@ -121,10 +121,10 @@ std::vector<TensorDigest> model_digests(const Model& model) {
       // The copy holds BF16-rounded FP32 values: hash their (exact) BF16 bits.
       std::vector<uint16_t> b(c.numel);
       for (int64_t i = 0; i < c.numel; ++i) b[i] = f32_to_bf16(c.data[i]);
-      one.push_back(make(c.name, "bf16", st::dtype_name(st::DType::BF16), c.shape, "bf16", b));
+      one.push_back(make(c.name, "bf16", dtype_name(DType::BF16), c.shape, "bf16", b));
     } else {
       TensorDigest d;
-      d.name = c.name, d.part = "f32", d.dtype = st::dtype_name(st::DType::F32), d.shape = c.shape, d.precision = "fp32";
+      d.name = c.name, d.part = "f32", d.dtype = dtype_name(DType::F32), d.shape = c.shape, d.precision = "fp32";
       d.bytes = c.numel * static_cast<int64_t>(sizeof(float));
       d.xxh3 = digest_bytes(c.data, d.bytes);
       one.push_back(std::move(d));
@@ -214,16 +214,16 @@ std::vector<TensorDigest> digests_from_json(const nlohmann::json& j) {
     };
     auto where = [&](const char* key) { return fmt::format("digest manifest: entry [{}] \"{}\"", i, key); };
     TensorDigest t;
-    t.name = jsonr::string(field("name"), where("name"));
-    t.part = jsonr::string(field("part"), where("part"));
-    t.dtype = jsonr::string(field("dtype"), where("dtype"));
-    t.shape = jsonr::integers(field("shape"), 0, std::numeric_limits<int64_t>::max(), where("shape"));
-    t.precision = jsonr::string(field("precision"), where("precision"));
-    const std::string& h = jsonr::string(field("xxh3"), where("xxh3"));
+    t.name = json_string(field("name"), where("name"));
+    t.part = json_string(field("part"), where("part"));
+    t.dtype = json_string(field("dtype"), where("dtype"));
+    t.shape = json_integers(field("shape"), 0, std::numeric_limits<int64_t>::max(), where("shape"));
+    t.precision = json_string(field("precision"), where("precision"));
+    const std::string& h = json_string(field("xxh3"), where("xxh3"));
     if (h.size() != 16 || !std::all_of(h.begin(), h.end(), [](unsigned char c) { return std::isxdigit(c); }))
       fail("{}: '{}' is not 16 hex digits", where("xxh3"), h);
     t.xxh3 = std::stoull(h, nullptr, 16);
-    t.bytes = jsonr::integer(field("bytes"), 0, std::numeric_limits<int64_t>::max(), where("bytes"));
+    t.bytes = json_integer(field("bytes"), 0, std::numeric_limits<int64_t>::max(), where("bytes"));
     out.push_back(std::move(t));
   }
   return out;

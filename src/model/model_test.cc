@@ -143,7 +143,7 @@ struct Reference {
 };
 
 Reference load_reference(const std::string& dir) {
-  const st::File f = st::File::open(dir + "/reference.safetensors");
+  const SafetensorsFile f = SafetensorsFile::open(dir + "/reference.safetensors");
   Reference r;
   const auto& t = f.at("tokens");
   const auto& l = f.at("logits");
@@ -218,8 +218,8 @@ TEST(Fixtures, CheckpointsResaveUnchanged) {
     for (const auto& entry : fs::directory_iterator(fixture(name))) {
       const std::string fn = entry.path().filename().string();
       if (fn.rfind("model", 0) != 0 || entry.path().extension() != ".safetensors") continue;
-      const st::File fa = st::File::open(entry.path().string());
-      const st::File fb = st::File::open((out / fn).string());
+      const SafetensorsFile fa = SafetensorsFile::open(entry.path().string());
+      const SafetensorsFile fb = SafetensorsFile::open((out / fn).string());
       for (const auto& t : fa.tensors()) {
         const auto& u = fb.at(t.name);
         EXPECT_EQ(t.dtype, u.dtype);
@@ -238,8 +238,8 @@ TEST(Fixtures, LoadErrorsNameTheTensor) {
   auto expect_error = [&](auto mutate, const std::string& phrase) {
     fs::remove_all(dir);
     save_checkpoint(dir.string(), ck);
-    const st::File f = st::File::open((dir / "model.safetensors").string());
-    st::Writer w;
+    const SafetensorsFile f = SafetensorsFile::open((dir / "model.safetensors").string());
+    SafetensorsWriter w;
     for (const auto& t : f.tensors()) w.add_view(t.name, t.dtype, t.shape, t.data);
     mutate(f, w);
     w.write((dir / "model2.safetensors").string());
@@ -252,8 +252,8 @@ TEST(Fixtures, LoadErrorsNameTheTensor) {
     }
   };
   // Each mutation rebuilds the writer from scratch.
-  auto rebuild = [&](const st::File& f, st::Writer& w, const std::string& skip, bool reshape) {
-    w = st::Writer();
+  auto rebuild = [&](const SafetensorsFile& f, SafetensorsWriter& w, const std::string& skip, bool reshape) {
+    w = SafetensorsWriter();
     for (const auto& t : f.tensors()) {
       if (t.name == skip && !reshape) continue;
       auto shape = t.shape;
@@ -261,13 +261,13 @@ TEST(Fixtures, LoadErrorsNameTheTensor) {
       w.add_view(t.name, t.dtype, shape, t.data);
     }
   };
-  expect_error([&](const st::File& f, st::Writer& w) { rebuild(f, w, "model.layers.1.mlp.up_proj.weight", false); },
+  expect_error([&](const SafetensorsFile& f, SafetensorsWriter& w) { rebuild(f, w, "model.layers.1.mlp.up_proj.weight", false); },
                "missing tensor 'model.layers.1.mlp.up_proj.weight'");
-  expect_error([&](const st::File& f, st::Writer& w) { rebuild(f, w, "model.layers.0.self_attn.k_proj.weight", true); },
+  expect_error([&](const SafetensorsFile& f, SafetensorsWriter& w) { rebuild(f, w, "model.layers.0.self_attn.k_proj.weight", true); },
                "tensor 'model.layers.0.self_attn.k_proj.weight' has shape");
-  expect_error([&](const st::File& f, st::Writer& w) {
+  expect_error([&](const SafetensorsFile& f, SafetensorsWriter& w) {
     rebuild(f, w, "", false);
-    w.add("model.layers.9.mlp.gate_proj.weight", st::DType::F32, {1}, std::vector<std::byte>(4));
+    w.add("model.layers.9.mlp.gate_proj.weight", DType::F32, {1}, std::vector<std::byte>(4));
   }, "unexpected tensor 'model.layers.9.mlp.gate_proj.weight'");
   fs::remove_all(dir);
 }

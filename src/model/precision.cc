@@ -22,7 +22,7 @@ std::vector<uint16_t> to_bf16(const float* w, int64_t n, const Exec& exec) {
 }
 
 template <typename T>
-HeldPart part(const char* name, st::DType dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
+HeldPart part(const char* name, DType dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
   return {name, dtype, std::move(shape), v.data(), static_cast<int64_t>(v.size() * sizeof(T))};
 }
 
@@ -53,7 +53,7 @@ void f32_round_grad(const LinearPrecision&, ElemType, const float* a, float* out
                     const Exec&) {
   if (out != a) std::memcpy(out, a, static_cast<size_t>(rows * cols) * sizeof(float));
 }
-std::vector<HeldPart> f32_parts(const PreparedLinear& L) { return {part("f32", st::DType::F32, {L.n, L.k}, L.f32)}; }
+std::vector<HeldPart> f32_parts(const PreparedLinear& L) { return {part("f32", DType::F32, {L.n, L.k}, L.f32)}; }
 
 // ---- bf16: the BF16 compute copy ----
 HeldSizes bf16_sizes(int64_t n, int64_t k) { return {.bf16 = n * k}; }
@@ -73,7 +73,7 @@ void bf16_round_grad(const LinearPrecision&, ElemType, const float* a, float* ou
   bf16_round(a, rows * cols, out, exec);
 }
 std::vector<HeldPart> bf16_parts(const PreparedLinear& L) {
-  return {part("bf16", st::DType::BF16, {L.n, L.k}, L.bf16)};
+  return {part("bf16", DType::BF16, {L.n, L.k}, L.bf16)};
 }
 
 // ---- mxfp8: MX codes + E8M0 scales of the compute copy's 1x32 row blocks ----
@@ -123,7 +123,7 @@ void mx_round_grad(const LinearPrecision& p, ElemType grad_elem, const float* a,
 }
 std::vector<HeldPart> mx_parts(const PreparedLinear& L) {
   return {part("codes", code_dtype(L.prec.elem), {L.n, L.k}, L.codes),
-          part("scales", st::DType::F8_E8M0, {L.n, L.k / kMxBlock}, L.mx_scales)};
+          part("scales", DType::F8_E8M0, {L.n, L.k / kMxBlock}, L.mx_scales)};
 }
 
 // ---- fp8-tensor / fp8-block128: FP8 codes + FP32 scales of the compute copy ----
@@ -166,7 +166,7 @@ std::vector<HeldPart> fp8_parts(const PreparedLinear& L) {
   const Fp8Grid g = weight_grid<P>(L.n, L.k);
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   return {part("codes", code_dtype(L.prec.elem), {L.n, L.k}, L.codes),
-          part("scales", st::DType::F32, {ceil_div(L.n, g.group_rows), ceil_div(L.k, g.group_cols)}, L.fp8_scales)};
+          part("scales", DType::F32, {ceil_div(L.n, g.group_rows), ceil_div(L.k, g.group_cols)}, L.fp8_scales)};
 }
 
 // Indexed by Precision.

@@ -20,7 +20,7 @@ struct PreparedLinear;
 // One array a prepared linear holds, as shipped and digested.
 struct HeldPart {
   const char* part;              // "f32", "bf16", "codes", "scales"
-  st::DType dtype;
+  DType dtype;
   std::vector<int64_t> shape;
   const void* data;
   int64_t bytes;

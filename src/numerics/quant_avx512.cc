@@ -17,7 +17,7 @@ MXRL_BEGIN_AVX512
 
 namespace mxrl::detail {
 namespace {
-using namespace mxrl::simd;
+using namespace mxrl;
 
 // sr_bits(key, idx0 + lane) for 16 consecutive indices.
 inline __m512i sr_bits16(uint64_t key, uint64_t idx0) {
@@ -40,7 +40,7 @@ inline __m512i sr_bits16(uint64_t key, uint64_t idx0) {
 
 // Stochastic rounding of 16 lanes onto the grid, then exact encode (matches
 // mx_elem in the scalar reference).
-inline __m512i sr_encode16(__m512 v, const Elem& p, __m512i u) {
+inline __m512i sr_encode16(__m512 v, const SimdElem& p, __m512i u) {
   const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), p.max_normal);
   const __m512i ef = _mm512_srli_epi32(_mm512_castps_si512(a), 23);
   const __m512i eq = _mm512_sub_epi32(
@@ -59,7 +59,7 @@ inline __m512i sr_encode16(__m512 v, const Elem& p, __m512i u) {
 }
 
 template <bool kStochastic>
-inline __m512i quant16(__m512 x, __m512 neg_e, const Elem& p, uint64_t key, uint64_t idx) {
+inline __m512i quant16(__m512 x, __m512 neg_e, const SimdElem& p, uint64_t key, uint64_t idx) {
   const __m512 v = _mm512_scalef_ps(x, neg_e);  // x * 2^-e, exact unless it underflows to 0-bound values
   if constexpr (kStochastic) return sr_encode16(v, p, sr_bits16(key, idx));
   return encode16(v, p);
@@ -97,7 +97,7 @@ inline __m512 canonical_nan(__m512 y) {
 
 // mx_scale_byte (mx.cc) for one finite block maximum, from the kernel's
 // broadcast constants (no table lookup per block).
-inline uint8_t scale_byte(uint32_t amax_bits, ScaleRule rule, const Elem& p) {
+inline uint8_t scale_byte(uint32_t amax_bits, ScaleRule rule, const SimdElem& p) {
   if (rule == ScaleRule::Floor) {
     const int e = std::clamp(static_cast<int>(amax_bits >> 23) - 127 - p.emax, -127, 127);
     return static_cast<uint8_t>(e + 127);
@@ -111,7 +111,7 @@ inline uint8_t scale_byte(uint32_t amax_bits, ScaleRule rule, const Elem& p) {
 template <bool kStochastic>
 void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
                     const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
-  const Elem p(cfg.elem);
+  const SimdElem p(cfg.elem);
   const uint64_t key = sr_key(cfg.seed);
   const int64_t nb = cols / kMxBlock;
   for (int64_t r = r0; r < r1; ++r)
@@ -144,7 +144,7 @@ void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1
 template <bool kStochastic>
 void mx_quant_col_t(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
                     int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
-  const Elem p(cfg.elem);
+  const SimdElem p(cfg.elem);
   const uint64_t key = sr_key(cfg.seed);
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t c = c0; c < c1; c += 16) {
@@ -180,7 +180,7 @@ inline __m512i load_codes16(const uint8_t* p, __mmask16 m = 0xFFFF) {
 
 void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0,
                     int64_t r1, ElemType elem, float* out) {
-  const Elem p(elem);
+  const SimdElem p(elem);
   const int64_t nb = cols / kMxBlock;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t b = 0; b < nb; ++b) {
@@ -194,7 +194,7 @@ void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, i
 
 void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0,
                     int64_t g1, int64_t c0, int64_t c1, ElemType elem, float* out) {
-  const Elem p(elem);
+  const SimdElem p(elem);
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t c = c0; c < c1; c += 16) {
       const __mmask16 m = c1 - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (c1 - c)) - 1);
@@ -229,7 +229,7 @@ void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, 
 
 void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
                   int64_t r1, ElemType elem, const float* scales, uint8_t* codes) {
-  const Elem p(elem);
+  const SimdElem p(elem);
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t cg = 0; cg < ncg; ++cg) {
@@ -246,7 +246,7 @@ void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc
 
 void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
                   int64_t r1, ElemType elem, const float* scales, float* out) {
-  const Elem p(elem);
+  const SimdElem p(elem);
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t cg = 0; cg < ncg; ++cg) {

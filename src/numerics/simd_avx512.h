@@ -10,7 +10,7 @@
 #include "numerics/formats.h"
 #include "numerics/mx.h"
 
-namespace mxrl::simd {
+namespace mxrl {
 
 // 16 consecutive inputs starting at element i, widened exactly to FP32.
 // Masked lanes read nothing and are zero.
@@ -35,7 +35,7 @@ inline __m512i abs_bits16(__m512 v) {
 }
 
 // Element-format constants, broadcast once per kernel call.
-struct Elem {
+struct SimdElem {
   __m512 max_normal, min_normal, sub_magic;
   __m512i sub_magic_bits, round_half, exp_adjust, nan_code, sign_in, one;
   __m128i shift;         // 23 - mbits
@@ -51,7 +51,7 @@ struct Elem {
   float inv_max_normal;  // 1 / max_normal, rounded as mx_scale_byte rounds it
   int emax;
 
-  explicit Elem(ElemType t) : type(t) {
+  explicit SimdElem(ElemType t) : type(t) {
     const ElemTraits& f = elem_traits(t);
     emin = f.emin();
     mbits = f.mbits;
@@ -82,7 +82,7 @@ struct Elem {
 
 // RNE, saturating encode of 16 lanes (matches elem_encode). Codes in the low
 // byte of each 32-bit lane.
-inline __m512i encode16(__m512 v, const Elem& p) {
+inline __m512i encode16(__m512 v, const SimdElem& p) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i sign = _mm512_srl_epi32(_mm512_and_si512(bits, p.sign_in),
                                         _mm_cvtsi32_si128(p.sign_shift));
@@ -104,7 +104,7 @@ inline __m512i encode16(__m512 v, const Elem& p) {
 
 // Decode 16 codes (low byte of each lane) exactly to FP32; NaN codes give the
 // canonical NaN, E5M2 Inf codes give ±Inf.
-inline __m512 decode16(__m512i c, const Elem& p) {
+inline __m512 decode16(__m512i c, const SimdElem& p) {
   const __m512i mag = _mm512_andnot_si512(p.dec_signbit, c);
   // mag << (23 - mbits) read as FP32 is the value scaled by 2^(bias - 127),
   // subnormals included; one exact multiply puts it right.
@@ -131,4 +131,4 @@ inline __m512 e8m0_to_f32_16(__m512i b) {
   return _mm512_castsi512_ps(bits);
 }
 
-}  // namespace mxrl::simd
+}  // namespace mxrl

@@ -10,7 +10,7 @@
 
 namespace mxrl {
 
-std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const tok::Tokenizer* tk,
+std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const Tokenizer* tk,
                                  const std::string& model_dir) {
   using nlohmann::json;
   std::ifstream f(path, std::ios::binary);
@@ -22,7 +22,7 @@ std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Prompt p;
     p.line = lineno;
-    const json j = jsonr::parse(line, fmt::format("{}:{}", path, lineno));
+    const json j = json_parse(line, fmt::format("{}:{}", path, lineno));
     if (!j.is_object()) fail("{}:{}: {}", path, lineno, kShape);
     const bool has_prompt = j.contains("prompt"), has_tokens = j.contains("tokens");
     if (has_prompt == has_tokens) fail("{}:{}: {}", path, lineno, kShape);
@@ -38,7 +38,7 @@ std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg
         fail("{}:{}: {}", path, lineno, e.what());
       }
     } else {
-      p.tokens = jsonr::token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
+      p.tokens = json_token_ids(j["tokens"], cfg.vocab_size, fmt::format("{}:{}: \"tokens\"", path, lineno));
     }
     if (p.tokens.empty()) fail("{}:{}: empty prompt", path, lineno);
     for (int32_t t : p.tokens)  // a tokenizer larger than the model's vocabulary
@@ -54,7 +54,7 @@ std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg
   return prompts;
 }
 
-std::string decode_text(const tok::Tokenizer& tk, const std::vector<int32_t>& ids) {
+std::string decode_text(const Tokenizer& tk, const std::vector<int32_t>& ids) {
   try {
     return tk.decode(ids);
   } catch (const Error&) {

@@ -21,7 +21,7 @@ struct Prompt {
 // {"tokens": [ids...]} per line, blank lines skipped, other keys ignored.
 // Every prompt is validated against the model (vocabulary, length); errors
 // name file:line and the field.
-std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const tok::Tokenizer* tk,
+std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg, const Tokenizer* tk,
                                  const std::string& model_dir);
 
 // The one stop-token default of every sampler: `mxrl generate`, Python's
@@ -34,6 +34,6 @@ std::vector<int32_t> default_stop_tokens(const ModelConfig& cfg);
 
 // The text of generated ids. Ids the tokenizer does not know (a model
 // vocabulary padded past the tokenizer's) become U+FFFD.
-std::string decode_text(const tok::Tokenizer& tk, const std::vector<int32_t>& ids);
+std::string decode_text(const Tokenizer& tk, const std::vector<int32_t>& ids);
 
 }  // namespace mxrl

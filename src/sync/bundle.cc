@@ -16,7 +16,7 @@
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 namespace {
 
@@ -60,7 +60,7 @@ void add_part(Bundle& b, TensorDigest d, std::vector<std::byte> bytes) {
 void add_linear(Bundle& b, const PreparedLinear& L, const std::string& name) {
   for (const HeldPart& p : precision_traits(L.prec.precision).held_parts(L)) {
     const auto* data = static_cast<const std::byte*>(p.data);
-    add_part(b, {name, p.part, st::dtype_name(p.dtype), p.shape, L.prec.str()},
+    add_part(b, {name, p.part, dtype_name(p.dtype), p.shape, L.prec.str()},
              std::vector<std::byte>(data, data + p.bytes));
   }
 }
@@ -80,8 +80,8 @@ std::vector<std::byte> copy_bytes(const float* v, int64_t n, bool bf16) {
 }
 
 TensorDigest copy_entry(const std::string& name, const std::vector<int64_t>& shape, bool bf16) {
-  if (bf16) return {name, "bf16", st::dtype_name(st::DType::BF16), shape, "bf16"};
-  return {name, "f32", st::dtype_name(st::DType::F32), shape, "fp32"};
+  if (bf16) return {name, "bf16", dtype_name(DType::BF16), shape, "bf16"};
+  return {name, "f32", dtype_name(DType::F32), shape, "fp32"};
 }
 
 void add_copy(Bundle& b, const std::string& name, const std::vector<int64_t>& shape, const float* v, int64_t n,
@@ -169,7 +169,7 @@ void check_entry(const TensorDigest& d, const std::string& at) {
       fail("{}: unknown part (codes, scales, bf16, f32)", at);
     fail("{}: dtype {} does not suit the part", at, quote(d.dtype));
   }
-  uint64_t n = st::dtype_size(*st::dtype_from_name(d.dtype));
+  uint64_t n = dtype_size(*dtype_from_name(d.dtype));
   for (int64_t s : d.shape)
     if (__builtin_mul_overflow(n, static_cast<uint64_t>(s), &n)) fail("{}: shape {} is too large", at, shape_str(d.shape));
   if (n != static_cast<uint64_t>(d.bytes))
@@ -219,12 +219,12 @@ Bundle read_metadata(const std::map<std::string, std::string>& m, const std::str
   if (b.recipe.empty() || b.plan.empty()) fail("{}: __metadata__ \"recipe\" and \"plan\" must name plans", label);
   const std::string cfg_where = fmt::format("{}: __metadata__ \"config\"", label);
   try {
-    b.config = jsonr::parse(get("config"), cfg_where);
+    b.config = json_parse(get("config"), cfg_where);
     ModelConfig::from_json(b.config, cfg_where);  // validates
   } catch (const Error& e) {
     throw Error(one_line(e.what()));
   }
-  const json manifest = jsonr::parse(get("manifest"), fmt::format("{}: __metadata__ \"manifest\"", label));
+  const json manifest = json_parse(get("manifest"), fmt::format("{}: __metadata__ \"manifest\"", label));
   try {
     b.manifest = digests_from_json(manifest);
   } catch (const Error& e) {
@@ -234,17 +234,17 @@ Bundle read_metadata(const std::map<std::string, std::string>& m, const std::str
 }
 
 // Each manifest entry against its tensor; every tensor listed.
-void read_payload(const st::File& f, Bundle& b, const std::string& label) {
+void read_payload(const SafetensorsFile& f, Bundle& b, const std::string& label) {
   std::set<std::string> keys;
   for (const TensorDigest& d : b.manifest) {
     const std::string at = entry_at(label, d);
     check_entry(d, at);
     const std::string key = bundle_key(d);
     if (!keys.insert(key).second) fail("{}: listed twice in the manifest (key {})", at, quote(key));
-    const st::TensorView* t = f.find(key);
+    const TensorView* t = f.find(key);
     if (!t) fail("{}: no tensor {} in the file", at, quote(key));
-    if (st::dtype_name(t->dtype) != d.dtype)
-      fail("{}: tensor {} is {}, the manifest says {}", at, quote(key), st::dtype_name(t->dtype), d.dtype);
+    if (dtype_name(t->dtype) != d.dtype)
+      fail("{}: tensor {} is {}, the manifest says {}", at, quote(key), dtype_name(t->dtype), d.dtype);
     if (t->shape != d.shape)
       fail("{}: tensor {} has shape {}, the manifest says {}", at, quote(key), shape_str(t->shape), shape_str(d.shape));
     if (static_cast<int64_t>(t->data.size()) != d.bytes)
@@ -254,7 +254,7 @@ void read_payload(const st::File& f, Bundle& b, const std::string& label) {
       fail("{}: the bytes of tensor {} hash to xxh3 {:016x}, the manifest says {:016x}", at, quote(key), h, d.xxh3);
     b.payload.emplace_back(t->data.begin(), t->data.end());
   }
-  for (const st::TensorView& t : f.tensors())
+  for (const TensorView& t : f.tensors())
     if (!keys.count(t.name)) fail("{}: tensor {} is not in the manifest", label, quote(t.name));
 }
 
@@ -276,7 +276,7 @@ void check_target(const Bundle& b, SyncMode want, const ModelConfig& cfg) {
   for (const auto& [key, v] : mine.items())
     if (!theirs.contains(key) || theirs[key] != v)
       fail("{}: for another model: config \"{}\" is {} in the bundle, {} here", at_version(b), key,
-           theirs.contains(key) ? jsonr::brief(theirs[key]) : "absent", jsonr::brief(v));
+           theirs.contains(key) ? json_brief(theirs[key]) : "absent", json_brief(v));
   fail("{}: for another model: its config has keys this model's lacks", at_version(b));
 }
 
@@ -499,7 +499,7 @@ std::vector<std::byte> serialize(const Bundle& b) {
 }
 
 namespace {
-Bundle from_file(const st::File& f) {
+Bundle from_file(const SafetensorsFile& f) {
   Bundle b = read_metadata(f.metadata(), f.path());
   read_payload(f, b, f.path());
   return b;
@@ -507,7 +507,7 @@ Bundle from_file(const st::File& f) {
 }  // namespace
 
 Bundle parse_bundle(std::span<const std::byte> bytes, const std::string& label) {
-  return from_file(st::File::parse(bytes, label));
+  return from_file(SafetensorsFile::parse(bytes, label));
 }
 
 void write_bundle(const Bundle& b, const std::string& path) {
@@ -515,7 +515,7 @@ void write_bundle(const Bundle& b, const std::string& path) {
   write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
-Bundle read_bundle(const std::string& path) { return from_file(st::File::open(path)); }
+Bundle read_bundle(const std::string& path) { return from_file(SafetensorsFile::open(path)); }
 
 WeightShipment bundle_to_shipment(const Bundle& b, const ModelConfig& cfg) {
   check_sizes(b);
@@ -562,4 +562,4 @@ ParamTable bundle_to_params(const Bundle& b, const ModelConfig& cfg) {
   return t;
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -47,7 +47,7 @@
 #include "model/digest.h"
 #include "model/model.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 inline constexpr const char* kBundleFormat = "mxrl.sync.bundle/1";
 
@@ -107,7 +107,7 @@ std::vector<TensorDigest> expected_manifest(const Model& learner, const ParamTab
                                             const PrecisionPlan& sampler_plan, const Exec& exec = {});
 
 // The bundle as safetensors bytes: header keys sorted, tensors in manifest
-// order, the data region 8-aligned (as st::Writer lays files out).
+// order, the data region 8-aligned (as SafetensorsWriter lays files out).
 std::vector<std::byte> serialize(const Bundle& b);
 // Validates everything and copies the payload out; throws one line
 // "LABEL: problem": the safetensors layout, a missing or unknown metadata key,
@@ -131,4 +131,4 @@ WeightShipment bundle_to_shipment(const Bundle& b, const ModelConfig& cfg);
 // requantize: the FP32 values of the BF16 / F32 copies, as a parameter table.
 ParamTable bundle_to_params(const Bundle& b, const ModelConfig& cfg);
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

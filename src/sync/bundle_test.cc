@@ -23,7 +23,7 @@
 #include "testing/small_config.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 
 using test::error_of;
@@ -61,10 +61,10 @@ struct RawFile {
 };
 
 RawFile unpack(const std::vector<std::byte>& bytes) {
-  const st::File f = st::File::parse(bytes, "unpack");
+  const SafetensorsFile f = SafetensorsFile::parse(bytes, "unpack");
   RawFile r{f.metadata(), {}};
-  for (const st::TensorView& t : f.tensors())
-    r.tensors.push_back({t.name, st::dtype_name(t.dtype), t.shape, {t.data.begin(), t.data.end()}});
+  for (const TensorView& t : f.tensors())
+    r.tensors.push_back({t.name, dtype_name(t.dtype), t.shape, {t.data.begin(), t.data.end()}});
   return r;
 }
 
@@ -166,7 +166,7 @@ TEST(Bundle, FileRoundTripAndHeader) {
   ASSERT_EQ(raw.size(), bytes.size());
   EXPECT_EQ(std::memcmp(raw.data(), bytes.data(), raw.size()), 0);
   EXPECT_EQ(read_bundle(path).manifest, b.manifest);
-  const st::File f = st::File::open(path);  // a plain safetensors file
+  const SafetensorsFile f = SafetensorsFile::open(path);  // a plain safetensors file
   EXPECT_EQ(f.metadata().at("format"), "mxrl.sync.bundle/1");
   EXPECT_EQ(f.metadata().at("version"), "123456789012345");
   EXPECT_EQ(f.metadata().at("sync"), "ship");
@@ -179,8 +179,8 @@ TEST(Bundle, FileRoundTripAndHeader) {
 TEST(Bundle, KeysFollowVllmNamingAndTheTiedHeadIsLmHead) {
   const ParamTable dense = make_params(false);  // tied
   const Model mx(dense, plan("mxfp8"));
-  const st::File f = st::File::parse(serialize(make_ship_bundle(mx, dense, plan("mxfp8"), 0)), "f");
-  auto dtype = [&](const char* key) { return std::string(st::dtype_name(f.at(key).dtype)); };
+  const SafetensorsFile f = SafetensorsFile::parse(serialize(make_ship_bundle(mx, dense, plan("mxfp8"), 0)), "f");
+  auto dtype = [&](const char* key) { return std::string(dtype_name(f.at(key).dtype)); };
   EXPECT_EQ(dtype("model.layers.0.self_attn.q_proj.weight"), "F8_E4M3");
   EXPECT_EQ(dtype("model.layers.0.self_attn.q_proj.weight_scale"), "F8_E8M0");
   EXPECT_EQ(f.at("model.layers.0.self_attn.q_proj.weight_scale").shape, (std::vector<int64_t>{128, 2}));
@@ -188,15 +188,15 @@ TEST(Bundle, KeysFollowVllmNamingAndTheTiedHeadIsLmHead) {
   EXPECT_EQ(dtype("lm_head.weight"), "BF16");             // the tied head (bf16 in mxfp8)
   EXPECT_EQ(dtype("model.norm.weight"), "BF16");
   const Model fp8(dense, plan("fp8-block128"));
-  const st::File g = st::File::parse(serialize(make_ship_bundle(fp8, dense, plan("fp8-block128"), 0)), "g");
-  EXPECT_EQ(std::string(st::dtype_name(g.at("model.layers.1.mlp.down_proj.weight_scale").dtype)), "F32");
+  const SafetensorsFile g = SafetensorsFile::parse(serialize(make_ship_bundle(fp8, dense, plan("fp8-block128"), 0)), "g");
+  EXPECT_EQ(std::string(dtype_name(g.at("model.layers.1.mlp.down_proj.weight_scale").dtype)), "F32");
   // Untied: lm_head.weight is the head, and no tied name is listed.
   const ParamTable moe = make_params(true);
   const Bundle mb = make_ship_bundle(Model(moe, plan("mxfp8")), moe, plan("mxfp8"), 0);
   for (const TensorDigest& d : mb.manifest) EXPECT_NE(d.name, kTiedLmHeadName);
-  const st::File h = st::File::parse(serialize(mb), "h");
-  EXPECT_EQ(std::string(st::dtype_name(h.at("lm_head.weight").dtype)), "BF16");
-  EXPECT_EQ(std::string(st::dtype_name(h.at("model.layers.0.mlp.experts.3.down_proj.weight_scale").dtype)), "F8_E8M0");
+  const SafetensorsFile h = SafetensorsFile::parse(serialize(mb), "h");
+  EXPECT_EQ(std::string(dtype_name(h.at("lm_head.weight").dtype)), "BF16");
+  EXPECT_EQ(std::string(dtype_name(h.at("model.layers.0.mlp.experts.3.down_proj.weight_scale").dtype)), "F8_E8M0");
 }
 
 // ---- sampler side ----
@@ -410,4 +410,4 @@ TEST_F(Corrupt, BadMetadata) {
 }
 
 }  // namespace
-}  // namespace mxrl::sync
+}  // namespace mxrl

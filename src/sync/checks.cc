@@ -13,7 +13,7 @@
 #include "util/error.h"
 #include "util/text.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 const char* check_mode_name(CheckMode m) {
   switch (m) {
@@ -261,4 +261,4 @@ CheckResult check_agreement(const std::vector<std::vector<float>>& reference, co
   return r;
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -39,7 +39,7 @@
 #include "model/digest.h"
 #include "sampler/engine.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 enum class CheckMode { Stop, Warn, Off };  // "stop" | "warn" | "off"
 const char* check_mode_name(CheckMode m);
@@ -113,4 +113,4 @@ std::vector<std::vector<float>> probe_reference(const Model& learner, const Prob
 CheckResult check_agreement(const std::vector<std::vector<float>>& reference, const Engine& engine, const Probe& probe,
                             const AgreementBound& bound);
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

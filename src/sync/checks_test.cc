@@ -7,7 +7,7 @@
 #include "testing/small_config.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 
 ParamTable params(bool moe, uint64_t seed = 1) {
@@ -203,4 +203,4 @@ TEST(Checks, HoldsTransposeRecognisesATransposedSquareLinear) {
 }
 
 }  // namespace
-}  // namespace mxrl::sync
+}  // namespace mxrl

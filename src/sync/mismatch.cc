@@ -6,7 +6,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -137,4 +137,4 @@ nlohmann::json MismatchStats::to_json() const {
   };
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace mxrl::sync {
+namespace mxrl {
 
 // Mismatch between a sampler distribution p_s and a learner distribution p_l from
 // raw FP32 logit rows of length `vocab` at temperature T: p = softmax(logits / T),
@@ -61,4 +61,4 @@ class MismatchStats {
   double w_sum_ = 0, w_sq_sum_ = 0, w_max_ = 0, w_min_ = 0;
 };
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -10,7 +10,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -181,4 +181,4 @@ TEST(MismatchStats, BadInputsThrow) {
 }
 
 }  // namespace
-}  // namespace mxrl::sync
+}  // namespace mxrl

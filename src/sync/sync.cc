@@ -7,7 +7,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 WeightShipment LoaderHooks::requantize(const ParamTable& params, const PrecisionPlan& plan, uint64_t,
                                        const Exec& exec) const {
@@ -167,4 +167,4 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
   return r;
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

@@ -28,7 +28,7 @@
 #include "sync/checks.h"
 #include "sync/transport.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 // The learner's seam: edits the bundle it built (version b.version) before
 // it is serialized. The manifest entries must be those of what is shipped.
@@ -143,4 +143,4 @@ SyncReport sync_weights(const Model& learner, const ParamTable& masters, Engine&
                         const SyncSettings& settings, const Probe& probe, const std::vector<GeneratedSample>& rollout,
                         uint64_t rollout_version, const Channel& channel = {}, const Exec& exec = {});
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

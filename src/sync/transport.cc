@@ -7,7 +7,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 
 namespace {
 constexpr char kMagic[8] = {'M', 'X', 'R', 'L', 'C', 'H', 'K', '1'};
@@ -194,4 +194,4 @@ std::vector<std::byte> pass_through_chunks(ChunkSender& sender, std::span<const 
   return st.take();
 }
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

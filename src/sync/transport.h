@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-namespace mxrl::sync {
+namespace mxrl {
 
 inline constexpr size_t kChunkHeaderBytes = 64;
 inline constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
@@ -114,4 +114,4 @@ class Staging {
 std::vector<std::byte> pass_through_chunks(ChunkSender& sender, std::span<const std::byte> bundle, uint64_t version,
                                            ChannelHooks* hooks = nullptr);
 
-}  // namespace mxrl::sync
+}  // namespace mxrl

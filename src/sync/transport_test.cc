@@ -9,7 +9,7 @@
 #include "sync/transport.h"
 #include "util/error.h"
 
-namespace mxrl::sync {
+namespace mxrl {
 namespace {
 
 std::vector<std::byte> bytes_of(size_t n, uint8_t seed) {
@@ -95,4 +95,4 @@ TEST(Transport, ChannelHooksEditTheFramesOfASend) {
 }
 
 }  // namespace
-}  // namespace mxrl::sync
+}  // namespace mxrl

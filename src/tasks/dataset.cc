@@ -10,7 +10,7 @@
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::tasks {
+namespace mxrl {
 
 namespace {
 
@@ -71,7 +71,7 @@ std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::st
     if (max_line_bytes > 0 && line.size() > static_cast<size_t>(max_line_bytes))
       line_too_long(path, line_no, max_line_bytes);
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const json j = jsonr::parse(line, fmt::format("{}:{}", path, line_no));
+    const json j = json_parse(line, fmt::format("{}:{}", path, line_no));
     if (!j.is_object()) fail("{}:{}: not a JSON object ({})", path, line_no, j.type_name());
     Problem p;
     for (const char* key : {"prompt", "answer"}) {
@@ -115,4 +115,4 @@ std::unique_ptr<Task> load_jsonl_task(const std::string& path, int64_t max_line_
   return JsonlTask::parse(read_file(path, max_line_bytes), path, max_line_bytes);
 }
 
-}  // namespace mxrl::tasks
+}  // namespace mxrl

@@ -37,7 +37,7 @@
 
 #include "tasks/tasks.h"
 
-namespace mxrl::tasks {
+namespace mxrl {
 
 class JsonlTask : public Task {
  public:
@@ -67,4 +67,4 @@ int64_t jsonl_line_limit(int64_t max_positions);
 // line while reading (jsonl_line_limit of the model's positions).
 std::unique_ptr<Task> load_jsonl_task(const std::string& path, int64_t max_line_bytes = 0);
 
-}  // namespace mxrl::tasks
+}  // namespace mxrl

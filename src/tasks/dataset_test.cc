@@ -17,7 +17,7 @@
 #include "testing/errors.h"
 #include "util/error.h"
 
-namespace mxrl::tasks {
+namespace mxrl {
 namespace {
 
 namespace fs = std::filesystem;
@@ -315,4 +315,4 @@ TEST(Permute, IsABijection) {
 }
 
 }  // namespace
-}  // namespace mxrl::tasks
+}  // namespace mxrl

@@ -7,7 +7,7 @@
 
 #include "util/splitmix.h"
 
-namespace mxrl::tasks::detail {
+namespace mxrl::detail {
 
 // A key mixing several values (order matters).
 inline uint64_t stream_key(std::initializer_list<uint64_t> parts) {
@@ -64,4 +64,4 @@ inline uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
   return x;
 }
 
-}  // namespace mxrl::tasks::detail
+}  // namespace mxrl::detail

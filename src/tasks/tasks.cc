@@ -12,7 +12,7 @@
 #include "tasks/random.h"
 #include "util/error.h"
 
-namespace mxrl::tasks {
+namespace mxrl {
 
 namespace {
 
@@ -472,4 +472,4 @@ std::unique_ptr<Task> make_task(const std::string& spec, int64_t max_positions) 
   return std::make_unique<CountdownTask>(std::move(canon), static_cast<int>(v[0]), v[1]);
 }
 
-}  // namespace mxrl::tasks
+}  // namespace mxrl

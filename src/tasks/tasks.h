@@ -44,11 +44,11 @@
 
 #include "tokenizer/tokenizer.h"
 
-namespace mxrl::tasks {
+namespace mxrl {
 
 // The characters of the built-in character tokenizer; every character of a
 // built-in task's prompt and answer is one of these.
-inline constexpr std::string_view kTaskCharset = tok::kBuiltinCharset;
+inline constexpr std::string_view kTaskCharset = kBuiltinCharset;
 
 struct Problem {
   Problem() = default;
@@ -99,4 +99,4 @@ std::vector<std::string> task_names();
 // "train" / "eval".
 std::string_view split_name(Split s);
 
-}  // namespace mxrl::tasks
+}  // namespace mxrl

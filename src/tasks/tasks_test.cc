@@ -14,7 +14,7 @@
 #include "testing/errors.h"
 #include "util/error.h"
 
-namespace mxrl::tasks {
+namespace mxrl {
 namespace {
 
 using u128 = unsigned __int128;
@@ -628,4 +628,4 @@ TEST(Tasks, OnlyCharsetCharacters) {
 }
 
 }  // namespace
-}  // namespace mxrl::tasks
+}  // namespace mxrl

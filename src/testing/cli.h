@@ -14,7 +14,7 @@
 
 #include "testing/files.h"
 
-namespace mxrl::testing_cli {
+namespace mxrl::test {
 
 struct CmdResult {
   int rc;
@@ -63,4 +63,4 @@ class SmallModelTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-}  // namespace mxrl::testing_cli
+}  // namespace mxrl::test

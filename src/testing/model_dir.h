@@ -13,9 +13,9 @@
 #include "tasks/tasks.h"
 #include "tokenizer/tokenizer.h"
 
-namespace mxrl::rl::testing {
+namespace mxrl::test {
 
-inline tok::Tokenizer char_tokenizer() { return tok::make_char_tokenizer(tasks::kTaskCharset, {"<|endoftext|>"}); }
+inline Tokenizer char_tokenizer() { return make_char_tokenizer(kTaskCharset, {"<|endoftext|>"}); }
 
 // `c` with the tokenizer's end-of-text id, written to
 // TMP/mxrl_<name>_<test>_<pid> (replaced): ctest runs tests in parallel
@@ -33,8 +33,8 @@ inline std::string make_model_dir(const std::string& name, ModelConfig c) {
   c.validate("test");
   ParamTable p(c);
   init_params(p, 1);
-  save_checkpoint(dir, c, p, st::DType::F32, {}, tk.to_json());
+  save_checkpoint(dir, c, p, DType::F32, {}, tk.to_json());
   return dir;
 }
 
-}  // namespace mxrl::rl::testing
+}  // namespace mxrl::test

@@ -34,7 +34,7 @@
 #include "learner/learner.h"
 #include "model/params.h"
 
-namespace mxrl::testref {
+namespace mxrl::test {
 
 struct RefResult {
   double ce = 0;    // mean cross-entropy over the targets
@@ -324,4 +324,4 @@ inline double reference_loss(const ParamTable& p, const std::vector<Sequence>& b
   return m.evaluate(batch, aux_coef).loss;
 }
 
-}  // namespace mxrl::testref
+}  // namespace mxrl::test

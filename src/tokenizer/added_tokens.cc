@@ -5,7 +5,7 @@
 
 #include "tokenizer/tokenizer_impl.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -93,4 +93,4 @@ void AddedMatcher::split(std::string_view text, const std::vector<AddedToken>& t
   if (start_offset < text.size()) out.push_back({-1, text.substr(start_offset)});
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

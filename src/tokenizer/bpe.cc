@@ -9,7 +9,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -124,4 +124,4 @@ void Bpe::encode_cached(std::string_view raw, const std::string& label, std::vec
   if (cache.size() < kMaxCacheEntries) cache.emplace(key, std::vector<int32_t>(out.begin() + mark, out.end()));
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

@@ -4,7 +4,7 @@
 
 #include "tokenizer/tokenizer_impl.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -64,4 +64,4 @@ void append_byte_level_decoded(std::string& out, std::string_view token) {  // t
   }
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

@@ -8,7 +8,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
-namespace mxrl::tok {
+namespace mxrl {
 
 Tokenizer make_char_tokenizer(std::string_view charset, const std::vector<std::string>& special_tokens) {
   using nlohmann::json;
@@ -67,4 +67,4 @@ Tokenizer builtin_char_tokenizer() {
   return make_char_tokenizer(kBuiltinCharset, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
 }
 
-}  // namespace mxrl::tok
+}  // namespace mxrl

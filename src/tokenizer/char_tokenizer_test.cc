@@ -8,7 +8,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-namespace mxrl::tok {
+namespace mxrl {
 namespace {
 
 using test::error_of;
@@ -104,4 +104,4 @@ TEST(CharTokenizer, BadArguments) {
 }
 
 }  // namespace
-}  // namespace mxrl::tok
+}  // namespace mxrl

@@ -6,7 +6,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -45,4 +45,4 @@ std::string normalize(std::string_view s, const std::vector<NormForm>& forms) {
   return out;
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

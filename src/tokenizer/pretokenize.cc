@@ -4,7 +4,7 @@
 
 #include "tokenizer/tokenizer_impl.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -105,4 +105,4 @@ void pre_tokenize(std::string_view segment, const std::vector<PreStep>& steps, p
     if (!p.empty()) pieces.push_back(std::move(p));
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

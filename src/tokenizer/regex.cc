@@ -6,7 +6,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -150,4 +150,4 @@ std::unique_ptr<pcre2_match_data, MatchDataDeleter> make_match_data() {
   return std::unique_ptr<pcre2_match_data, MatchDataDeleter>(md);
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

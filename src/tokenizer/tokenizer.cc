@@ -10,7 +10,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 
-namespace mxrl::tok {
+namespace mxrl {
 
 namespace {
 
@@ -110,4 +110,4 @@ std::string Tokenizer::to_json() const { return detail::write_tokenizer_json(*im
 
 void Tokenizer::save(const std::string& path) const { write_file_atomic(file_in(path), to_json()); }
 
-}  // namespace mxrl::tok
+}  // namespace mxrl

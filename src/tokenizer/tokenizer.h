@@ -50,7 +50,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mxrl::tok {
+namespace mxrl {
 
 namespace detail {
 struct Impl;
@@ -106,4 +106,4 @@ inline constexpr std::string_view kBuiltinCharset =
     "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 Tokenizer builtin_char_tokenizer();
 
-}  // namespace mxrl::tok
+}  // namespace mxrl

@@ -19,7 +19,7 @@
 typedef struct pcre2_real_code_8 pcre2_code_8;
 typedef struct pcre2_real_match_data_8 pcre2_match_data_8;
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 // ---- utf8.cc ----------------------------------------------------------------
 // Offset of the first byte that is not part of valid UTF-8, or npos.
@@ -216,4 +216,4 @@ struct Impl {
 std::shared_ptr<Impl> parse_tokenizer_json(std::string_view text, const std::string& label);
 std::string write_tokenizer_json(const Impl& impl);
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

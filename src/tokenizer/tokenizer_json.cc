@@ -7,7 +7,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -544,4 +544,4 @@ std::string write_tokenizer_json(const Impl& im) {
   return out;
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

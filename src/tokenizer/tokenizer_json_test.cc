@@ -12,7 +12,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
-namespace mxrl::tok {
+namespace mxrl {
 namespace {
 
 using nlohmann::json;
@@ -379,4 +379,4 @@ TEST(TokenizerJsonErrors, AddedTokens) {
 }
 
 }  // namespace
-}  // namespace mxrl::tok
+}  // namespace mxrl

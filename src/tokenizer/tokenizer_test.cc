@@ -15,7 +15,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::tok {
+namespace mxrl {
 namespace {
 
 namespace fs = std::filesystem;
@@ -232,4 +232,4 @@ TEST(Qwen3, ConcurrentEncodeAgrees) {
 }
 
 }  // namespace
-}  // namespace mxrl::tok
+}  // namespace mxrl

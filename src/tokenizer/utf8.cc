@@ -5,7 +5,7 @@
 
 #include "tokenizer/tokenizer_impl.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -157,4 +157,4 @@ std::string describe_char(std::string_view s, size_t i) {
   return fmt::format("'{}' (U+{:04X})", s.substr(i, n), static_cast<uint32_t>(c));
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

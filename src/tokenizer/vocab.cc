@@ -6,7 +6,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "util/splitmix.h"
 
-namespace mxrl::tok::detail {
+namespace mxrl::detail {
 
 namespace {
 
@@ -122,4 +122,4 @@ const MergeMap::Merge* MergeMap::find(uint64_t key) const {
   }
 }
 
-}  // namespace mxrl::tok::detail
+}  // namespace mxrl::detail

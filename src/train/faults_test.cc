@@ -18,27 +18,27 @@
 #include "testing/small_config.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-using testing::char_tokenizer;
+using test::char_tokenizer;
 
 std::string make_model_dir(const std::string& name, bool moe) {
   ModelConfig c = small_test_config(moe);
   if (!moe) c.num_attention_heads = 2, c.num_key_value_heads = 1;  // a square o_proj (transposed)
-  return testing::make_model_dir("faults_test_" + name, c);
+  return test::make_model_dir("faults_test_" + name, c);
 }
 
 // Half the completions of a random model are right (an even first byte):
 // every group has mixed rewards, so the weights change at every step.
-class CoinTask : public tasks::Task {
+class CoinTask : public Task {
  public:
   std::string name() const override { return "test-coin"; }
-  tasks::Problem generate(tasks::Split, uint64_t, uint64_t index) const override {
+  Problem generate(Split, uint64_t, uint64_t index) const override {
     return {std::string(1, static_cast<char>('a' + index % 26)) + "=", "0"};
   }
-  bool verify(const tasks::Problem&, std::string_view c) const override {
+  bool verify(const Problem&, std::string_view c) const override {
     return !c.empty() && static_cast<unsigned char>(c[0]) % 2 == 0;
   }
 };
@@ -98,33 +98,33 @@ RlConfig config_for(const FaultInfo& f) {
   c.max_new_tokens = 3;
   c.probe_prompts = 2;
   c.eval_problems = 0;
-  c.checks = sync::CheckMode::Warn;
+  c.checks = CheckMode::Warn;
   c.learner.recipe.plan = f.needs_moe ? router_fp32_plan() : "mxfp8";
   c.learner.optim.lr = 3e-3;
   c.learner.optim.weight_decay = 0;
-  if (f.needs_requantize) c.sync = sync::SyncMode::Requantize;
+  if (f.needs_requantize) c.sync = SyncMode::Requantize;
   if (f.needs_fp8_kv) c.sampler_plan = "mxfp8+fp8kv";
   return c;
 }
 
 // The syncs of versions 1.. of a run (version 0, made by start(), is clean).
-std::vector<sync::SyncReport> run_syncs(const std::string& dir, const RlConfig& cfg) {
+std::vector<SyncReport> run_syncs(const std::string& dir, const RlConfig& cfg) {
   RlRun run = RlRun::start(dir, cfg, std::make_unique<CoinTask>());
   EXPECT_TRUE(run.last_sync().passed());
-  std::vector<sync::SyncReport> out;
+  std::vector<SyncReport> out;
   while (run.step() < cfg.steps) out.push_back(run.step_once().sync);
   return out;
 }
 
-std::set<std::string> failed(const sync::SyncReport& r) {
+std::set<std::string> failed(const SyncReport& r) {
   std::set<std::string> s;
-  for (const sync::CheckResult& c : r.checks)
+  for (const CheckResult& c : r.checks)
     if (c.ran && !c.passed) s.insert(c.name);
   return s;
 }
 
-const sync::CheckResult* find(const sync::SyncReport& r, const std::string& name) {
-  for (const sync::CheckResult& c : r.checks)
+const CheckResult* find(const SyncReport& r, const std::string& name) {
+  for (const CheckResult& c : r.checks)
     if (c.name == name) return &c;
   return nullptr;
 }
@@ -137,7 +137,7 @@ TEST_P(FaultCase, CaughtAtTheFirstSyncAfterInjectionByItsCheck) {
   const std::string dir = make_model_dir(f.needs_moe ? "moe" : "dense", f.needs_moe);
   RlConfig cfg = config_for(f);
   cfg.inject = {std::string(f.name) + "@2"};
-  const std::vector<sync::SyncReport> s = run_syncs(dir, cfg);
+  const std::vector<SyncReport> s = run_syncs(dir, cfg);
   ASSERT_EQ(s.size(), 3u);
   EXPECT_TRUE(failed(s[0]).empty()) << "version 1, before the injection";
   EXPECT_EQ(s[1].version, 2u);
@@ -147,7 +147,7 @@ TEST_P(FaultCase, CaughtAtTheFirstSyncAfterInjectionByItsCheck) {
     // (its agreement figures move off the clean run's).
     EXPECT_TRUE(fired.empty()) << fmt::format("{}", fmt::join(s[1].findings(), " / "));
     RlConfig clean_cfg = config_for(f);
-    const std::vector<sync::SyncReport> c = run_syncs(dir, clean_cfg);
+    const std::vector<SyncReport> c = run_syncs(dir, clean_cfg);
     EXPECT_NE(find(s[1], "agreement")->measured.dump(), find(c[1], "agreement")->measured.dump());
     return;
   }
@@ -159,7 +159,7 @@ TEST_P(FaultCase, CaughtAtTheFirstSyncAfterInjectionByItsCheck) {
     return;
   }
   ASSERT_TRUE(fired.count(want.check)) << f.name << ": " << fmt::format("{}", fmt::join(s[1].findings(), " / "));
-  const sync::CheckResult* c = find(s[1], want.check);
+  const CheckResult* c = find(s[1], want.check);
   bool named = false;
   for (const std::string& line : c->findings) named |= line.find(want.finding) != std::string::npos;
   EXPECT_TRUE(named) << f.name << ": " << fmt::format("{}", fmt::join(c->findings, " / "));
@@ -186,10 +186,10 @@ TEST(Faults, TheCleanRunWithTheSameSeedFiresNoCheck) {
   for (bool moe : {false, true}) {
     FaultInfo f = fault_table().front();
     f.needs_moe = moe;
-    for (sync::SyncMode mode : {sync::SyncMode::Ship, sync::SyncMode::Requantize}) {
+    for (SyncMode mode : {SyncMode::Ship, SyncMode::Requantize}) {
       RlConfig cfg = config_for(f);
       cfg.sync = mode;
-      for (const sync::SyncReport& r : run_syncs(make_model_dir(moe ? "moe" : "dense", moe), cfg))
+      for (const SyncReport& r : run_syncs(make_model_dir(moe ? "moe" : "dense", moe), cfg))
         EXPECT_TRUE(r.passed()) << fmt::format("{}", fmt::join(r.findings(), " / "));
     }
   }
@@ -218,7 +218,7 @@ TEST(Faults, EveryCheckCatchesSomeFaultNoOtherCheckCatches) {
     cfg.agreement_max_kl = 0.05;
     cfg.agreement_max_abs_dlogp = 5.0;
     cfg.inject = {fp.first + "@2"};
-    const std::vector<sync::SyncReport> s = run_syncs(make_model_dir("dense", false), cfg);
+    const std::vector<SyncReport> s = run_syncs(make_model_dir("dense", false), cfg);
     EXPECT_EQ(failed(s[1]), std::set<std::string>{check}) << fp.first << ": "
                                                           << fmt::format("{}", fmt::join(s[1].findings(), " / "));
   }
@@ -238,7 +238,7 @@ TEST(Faults, BadInjectionsAreRefusedWithOneLine) {
   for (const char* f : {"drop-experts", "router-bf16", "requant-floor", "sampler-killed"}) {
     RlConfig cfg = config_for(fault_info(FaultPlan::parse({f}).injections()[0].fault));
     cfg.learner.recipe.plan = "mxfp8";
-    cfg.sync = sync::SyncMode::Ship;
+    cfg.sync = SyncMode::Ship;
     cfg.inject = {f};
     try {
       RlRun::start(dense, cfg, std::make_unique<CoinTask>());
@@ -253,4 +253,4 @@ TEST(Faults, BadInjectionsAreRefusedWithOneLine) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -17,7 +17,7 @@
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -29,13 +29,13 @@ constexpr const char* kPendingRollout = "pending_rollout.bin";
 
 // ---- settings ----
 
-const settings::Table<RlConfig>& rl_fields() {
-  using settings::enum_field;
-  using settings::field;
+const SettingsTable<RlConfig>& rl_fields() {
+  using setting_enum_field;
+  using setting_field;
   using R = RlConfig;
-  static const settings::Table<R> t = [] {
+  static const SettingsTable<R> t = [] {
     auto loss = [](auto member) { return [member](R& c) -> auto& { return c.loss.*member; }; };
-    settings::Table<R> t = {
+    SettingsTable<R> t = {
         field<R>("task", "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)", &R::task),
         field<R>("steps", "RL steps (each: generate, score, update, sync)", &R::steps).min(1),
         field<R>("prompts_per_step", "Prompts per step (P)", &R::prompts_per_step).min(1),
@@ -66,11 +66,11 @@ const settings::Table<RlConfig>& rl_fields() {
         enum_field<R>("sync",
                       "ship (the learner's forward weights, byte for byte) or requantize (BF16 copies, quantized by "
                       "the sampler)",
-                      &R::sync, std::vector<sync::SyncMode>{sync::SyncMode::Ship, sync::SyncMode::Requantize},
-                      sync::sync_mode_name),
+                      &R::sync, std::vector<SyncMode>{SyncMode::Ship, SyncMode::Requantize},
+                      sync_mode_name),
         enum_field<R>("checks", "stop (a failed check ends the run), warn, or off", &R::checks,
-                      std::vector<sync::CheckMode>{sync::CheckMode::Stop, sync::CheckMode::Warn, sync::CheckMode::Off},
-                      sync::check_mode_name),
+                      std::vector<CheckMode>{CheckMode::Stop, CheckMode::Warn, CheckMode::Off},
+                      check_mode_name),
         // Optional (states saved before fault injection existed have none).
         field<R>("inject",
                  "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
@@ -101,25 +101,25 @@ const settings::Table<RlConfig>& rl_fields() {
         field<R>("eval_problems", "Held-out problems per evaluation", &R::eval_problems).min(0),
         field<R>("save_every", "Keep a training-state directory every K steps (0: only final)", &R::save_every).min(0),
     };
-    for (auto& f : settings::nest<R>(learner_fields(), &R::learner, "")) t.push_back(std::move(f));
-    settings::find_field(t, "optim.lr")->help =
+    for (auto& f : setting_nest<R>(learner_fields(), &R::learner, "")) t.push_back(std::move(f));
+    setting_find_field(t, "optim.lr")->help =
         "Peak learning rate (1e-4 is what `mxrl demo` uses for GRPO on the built-in tasks)";
     return t;
   }();
   return t;
 }
 
-json RlConfig::to_json() const { return settings::to_json(rl_fields(), *this); }
+json RlConfig::to_json() const { return settings_to_json(rl_fields(), *this); }
 
 RlConfig RlConfig::from_json(const json& j) {
   RlConfig c;
-  settings::from_json(rl_fields(), j, c, kCtx);
+  settings_from_json(rl_fields(), j, c, kCtx);
   c.learner.optim.validate();
   return c;
 }
 
 void RlConfig::validate() const {
-  settings::check_bounds(rl_fields(), *this, kCtx);
+  setting_check_bounds(rl_fields(), *this, kCtx);
   loss.validate();
   if (updates_per_batch < 1 || updates_per_batch > prompts_per_step * samples_per_prompt)
     fail("updates_per_batch must be in [1, prompts x samples = {}], got {}", prompts_per_step * samples_per_prompt,
@@ -173,14 +173,14 @@ void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std
   cfg_.validate();
   faults_ = FaultPlan::parse(cfg_.inject);
   exec_ = exec;
-  if (!task_) task_ = tasks::make_task(cfg_.task, params.config().max_position_embeddings);
+  if (!task_) task_ = make_task(cfg_.task, params.config().max_position_embeddings);
   setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
                            cfg_.max_new_tokens, 200);
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
   // The probe: held-out prompts with their answers, from a stream the
   // evaluation does not use (seed + 1).
   for (int64_t i = 0; i < cfg_.probe_prompts; ++i) {
-    const tasks::Problem p = task_->generate(tasks::Split::Eval, cfg_.seed + 1, static_cast<uint64_t>(i));
+    const Problem p = task_->generate(Split::Eval, cfg_.seed + 1, static_cast<uint64_t>(i));
     std::vector<int32_t> t = setup_.tk->encode(p.prompt);
     probe_.prompt_len.push_back(static_cast<int64_t>(t.size()));
     for (int32_t a : setup_.tk->encode(p.answer)) t.push_back(a);
@@ -188,14 +188,14 @@ void RlRun::init(ParamTable params, const std::string& tokenizer_json, const std
     probe_.tokens.push_back(std::move(t));
   }
   probe_.temperature = cfg_.temperature;
-  sync_.sender = std::make_shared<sync::ChunkSender>(static_cast<size_t>(cfg_.sync_chunk_bytes));
+  sync_.sender = std::make_shared<ChunkSender>(static_cast<size_t>(cfg_.sync_chunk_bytes));
 }
 
 namespace {
 // The sampler's plan, refused at start when the sync mode cannot feed it.
 PrecisionPlan sampler_plan_for(const RlConfig& cfg, const Learner& learner) {
   PrecisionPlan p = cfg.sampler_plan.empty() ? learner.plan() : PrecisionPlan::resolve(cfg.sampler_plan);
-  if (cfg.sync == sync::SyncMode::Ship) sync::check_ship_compatible(learner.plan(), p, learner.params().config());
+  if (cfg.sync == SyncMode::Ship) check_ship_compatible(learner.plan(), p, learner.params().config());
   return p;
 }
 }  // namespace
@@ -213,7 +213,7 @@ void RlRun::sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks) {
     sync_.mode = cfg_.sync;
     sync_.checks = cfg_.checks;
     sync_.agreement_every = cfg_.agreement_every;
-    sync_.bound.bitwise = sync::same_numerics(learner_->model(), plan, exec_);
+    sync_.bound.bitwise = same_numerics(learner_->model(), plan, exec_);
     sync_.bound.max_kl = cfg_.agreement_max_kl;
     sync_.bound.max_abs_dlogp = cfg_.agreement_max_abs_dlogp;
     if (!remote_) {
@@ -227,10 +227,10 @@ void RlRun::sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks) {
   if (remote_)
     last_sync_ = remote_->sync(*learner_, sync_, probe_, v, ranks ? *ranks : local);
   else
-    last_sync_ = sync::sync_weights(learner_->model(), learner_->params(), *engine_, v, sync_, probe_, last_rollout_,
+    last_sync_ = sync_weights(learner_->model(), learner_->params(), *engine_, v, sync_, probe_, last_rollout_,
                                     last_rollout_version_, {}, exec_);
   if (ev.on_sync) ev.on_sync(last_sync_);
-  if (cfg_.checks == sync::CheckMode::Stop && !last_sync_.passed()) {
+  if (cfg_.checks == CheckMode::Stop && !last_sync_.passed()) {
     const std::vector<std::string> f = last_sync_.findings();
     fail("sync of version {} failed its checks ({} findings): {}", v, f.size(),
          fmt::join(f.begin(), f.begin() + std::min<size_t>(f.size(), 3), "; "));
@@ -241,7 +241,7 @@ RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, const Exec
   return start(model_dir, cfg, nullptr, exec);
 }
 
-RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<Task> task,
                    const Exec& exec) {
   return start_impl(model_dir, cfg, std::move(task), nullptr, exec);
 }
@@ -251,7 +251,7 @@ RlRun RlRun::start_remote(const std::string& model_dir, const RlConfig& cfg, std
   return start_impl(model_dir, cfg, nullptr, std::move(remote), exec);
 }
 
-RlRun RlRun::start_impl(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+RlRun RlRun::start_impl(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<Task> task,
                         std::shared_ptr<RlRemote> remote, const Exec& exec) {
   Checkpoint ck = load_checkpoint(model_dir);
   RlRun r;
@@ -278,7 +278,7 @@ RlRun RlRun::resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote>
   RlRun r;
   r.remote_ = std::move(remote);
   r.cfg_ = RlConfig::from_json(st.meta["rl"]);
-  r.step_ = jsonr::integer(st.meta.contains("rl_step") ? st.meta["rl_step"] : json(), 0, r.cfg_.steps,
+  r.step_ = json_integer(st.meta.contains("rl_step") ? st.meta["rl_step"] : json(), 0, r.cfg_.steps,
                            fmt::format("{}: \"rl_step\"", state_dir));
   r.init(std::move(st.params), st.tokenizer_json, st.tokenizer_config_json, exec);
   AdamW& opt = r.learner_->optimizer();
@@ -334,12 +334,12 @@ EvalResult RlRun::evaluate_now() {
   return e;
 }
 
-std::vector<GenerationRequest> RlRun::make_requests(int64_t t, std::vector<tasks::Problem>* problems) const {
+std::vector<GenerationRequest> RlRun::make_requests(int64_t t, std::vector<Problem>* problems) const {
   const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
   std::vector<GenerationRequest> reqs;
   for (int64_t i = 0; i < P; ++i) {
     const uint64_t index = static_cast<uint64_t>(t * P + i);
-    const tasks::Problem p = task_->generate(tasks::Split::Train, cfg_.seed, index);
+    const Problem p = task_->generate(Split::Train, cfg_.seed, index);
     GenerationRequest req;
     req.id = static_cast<int64_t>(index);
     req.prompt = setup_.tk->encode(p.prompt);
@@ -397,7 +397,7 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   const int64_t P = cfg_.prompts_per_step, G = cfg_.samples_per_prompt;
   // 1. Rollout.
   auto t0 = Clock::now();
-  std::vector<tasks::Problem> problems;
+  std::vector<Problem> problems;
   std::vector<std::vector<int32_t>> prompts;
   for (GenerationRequest& r : make_requests(step_, &problems)) prompts.push_back(std::move(r.prompt));
   const std::vector<GeneratedSample> samples = rollout(step_);
@@ -411,7 +411,7 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
     const int64_t stale = step_ - static_cast<int64_t>(g.version);
     // Refused, unless the checks only warn: then a sampler left on an old
     // version by a refused sync keeps serving it, and the staleness shows.
-    if (stale > cfg_.off_policy && cfg_.checks == sync::CheckMode::Stop)
+    if (stale > cfg_.off_policy && cfg_.checks == CheckMode::Stop)
       fail("sample {}/{} was generated under version {}, {} behind the learner's {}: beyond the off-policy bound {}",
            g.request, g.index, g.version, stale, step_, cfg_.off_policy);
     st.version = std::min(st.version, g.version);
@@ -463,11 +463,11 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   LogprobOptions lo;
   lo.temperature = cfg_.temperature;
   lo.on_row = [&](size_t i, size_t t, const float* row) {
-    kl[i].push_back(sync::exact_kl(&samples[i].logits[t * V], row, V, cfg_.temperature));
-    entropy_sum += sync::entropy(row, V, cfg_.temperature);
+    kl[i].push_back(exact_kl(&samples[i].logits[t * V], row, V, cfg_.temperature));
+    entropy_sum += entropy(row, V, cfg_.temperature);
   };
   const std::vector<std::vector<float>> old_lp = learner_->logprobs(seqs, lo);
-  sync::MismatchStats mm;
+  MismatchStats mm;
   for (size_t i = 0; i < seqs.size(); ++i)
     for (size_t t = 0; t < old_lp[i].size(); ++t) mm.add(old_lp[i][t], rollout_lp[i][t], kl[i][t]);
   st.mismatch = mm.to_json();
@@ -552,4 +552,4 @@ std::vector<EvalResult> RlRun::run(const std::string& out_dir, const RlEvents& e
   return evals;
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -47,7 +47,7 @@
 #include "tasks/tasks.h"
 #include "tokenizer/tokenizer.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 class RlRun;
 
@@ -64,8 +64,8 @@ struct RlConfig {
   PolicyLossConfig loss;
   int64_t updates_per_batch = 1;     // K mini-batches per step, one optimizer update each
   std::string sampler_plan;          // "" = the learner's plan (name or .toml)
-  sync::SyncMode sync = sync::SyncMode::Ship;
-  sync::CheckMode checks = sync::CheckMode::Stop;
+  SyncMode sync = SyncMode::Ship;
+  CheckMode checks = CheckMode::Stop;
   int64_t agreement_every = 1;
   double agreement_max_kl = 0.05, agreement_max_abs_dlogp = 5.0;  // bound when the plans differ
   int64_t probe_prompts = 16;        // held-out prompts (with their answers) in the agreement probe
@@ -93,7 +93,7 @@ struct RlConfig {
 };
 // Its fields (util/settings.h), the learner's included (flat, "optim" nested):
 // the training state's "rl" settings, the options of `mxrl rl`.
-const settings::Table<RlConfig>& rl_fields();
+const SettingsTable<RlConfig>& rl_fields();
 
 // One step's figures (also the metrics line).
 struct RlStepStats {
@@ -112,7 +112,7 @@ struct RlStepStats {
   int64_t staleness_max = 0;
   double generate_s = 0, score_s = 0, train_s = 0, sync_s = 0, seconds = 0;
   nlohmann::json sync_ranks;  // distributed: each sampler rank's report
-  sync::SyncReport sync;
+  SyncReport sync;
   nlohmann::json to_json() const;
 };
 
@@ -120,7 +120,7 @@ struct RlEvents {
   std::function<void(const RlStepStats&)> on_step;
   std::function<void(const EvalResult&)> on_eval;
   std::function<void(const std::string& dir)> on_save;
-  std::function<void(const sync::SyncReport&)> on_sync;  // every sync, including the first (version = resume step)
+  std::function<void(const SyncReport&)> on_sync;  // every sync, including the first (version = resume step)
 };
 
 // A distributed runtime's half of a run (dist/distributed.h): the rollout, the
@@ -138,7 +138,7 @@ struct RlRemote {
   std::function<StepResult(Learner& learner, const std::vector<Sequence>& batch, float temperature)> train;
   // Version `version` to every sampler process, and their checks, merged;
   // `ranks` gets each sampler rank's report.
-  std::function<sync::SyncReport(Learner& learner, const sync::SyncSettings& s, const sync::Probe& probe,
+  std::function<SyncReport(Learner& learner, const SyncSettings& s, const Probe& probe,
                                  uint64_t version, nlohmann::json& ranks)>
       sync;
 };
@@ -147,7 +147,7 @@ class RlRun {
  public:
   static RlRun start(const std::string& model_dir, const RlConfig& cfg, const Exec& exec = {});
   // With a task object instead of cfg.task (tests; such a run cannot be resumed).
-  static RlRun start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+  static RlRun start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<Task> task,
                      const Exec& exec = {});
   static RlRun resume(const std::string& state_dir, const Exec& exec = {});
   // The learner rank 0 of a distributed run: the same run, with `remote`
@@ -169,22 +169,22 @@ class RlRun {
   Engine& engine() { return *engine_; }  // colocated only
   bool colocated() const { return engine_ != nullptr; }
   const PrecisionPlan& sampler_plan() const { return *sync_.sampler_plan; }
-  const sync::Probe& probe() const { return probe_; }
-  const sync::SyncSettings& sync_settings() const { return sync_; }
-  const tasks::Task& task() const { return *task_; }
-  const sync::SyncReport& last_sync() const { return last_sync_; }
+  const Probe& probe() const { return probe_; }
+  const SyncSettings& sync_settings() const { return sync_; }
+  const Task& task() const { return *task_; }
+  const SyncReport& last_sync() const { return last_sync_; }
   EvalResult evaluate_now();
 
  private:
   RlRun() = default;
   void init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
             const Exec& exec);
-  static RlRun start_impl(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<tasks::Task> task,
+  static RlRun start_impl(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<Task> task,
                           std::shared_ptr<RlRemote> remote, const Exec& exec);
   static RlRun resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote> remote, const Exec& exec);
   void sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks = nullptr);
   // The P x G requests of step t, and their problems.
-  std::vector<GenerationRequest> make_requests(int64_t t, std::vector<tasks::Problem>* problems = nullptr) const;
+  std::vector<GenerationRequest> make_requests(int64_t t, std::vector<Problem>* problems = nullptr) const;
   // Submits the requests of step t to the local sampler.
   void submit_rollout(int64_t t);
   // Step t's samples: generated now, or prefetched (off-policy) under an older version.
@@ -192,14 +192,14 @@ class RlRun {
   void prefetch(int64_t t);
 
   RlConfig cfg_;
-  std::unique_ptr<tasks::Task> task_;
+  std::unique_ptr<Task> task_;
   TaskSetup setup_;
   int64_t step_ = 0;
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<Engine> engine_;
-  sync::SyncSettings sync_;
-  sync::Probe probe_;
-  sync::SyncReport last_sync_;
+  SyncSettings sync_;
+  Probe probe_;
+  SyncReport last_sync_;
   FaultPlan faults_;
   int64_t presubmitted_ = -1;               // sync-mid-generation: the step whose rollout already started
   std::vector<GeneratedSample> early_;      // ... and its samples that finished before the sync
@@ -211,4 +211,4 @@ class RlRun {
   Exec exec_;
 };
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

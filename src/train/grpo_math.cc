@@ -6,7 +6,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -213,4 +213,4 @@ PolicyLossResult policy_loss(const std::vector<std::vector<float>>& logp,
   return res;
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace mxrl::rl {
+namespace mxrl {
 
 enum class AdvNorm { Std, None };                                     // "std" | "none"
 enum class LossAgg { TokenMean, SeqMeanTokenSum, SeqMeanTokenMean };  // "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean"
@@ -101,4 +101,4 @@ PolicyLossResult policy_loss(const std::vector<std::vector<float>>& logp,
                              const std::vector<std::vector<float>>& logp_rollout, const std::vector<double>& adv,
                              const PolicyLossConfig& cfg);
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

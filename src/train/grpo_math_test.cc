@@ -11,7 +11,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 namespace {
 
 using Rows = std::vector<std::vector<float>>;
@@ -430,4 +430,4 @@ TEST(PolicyLoss, ConfigValidation) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl

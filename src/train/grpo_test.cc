@@ -17,24 +17,24 @@
 #include "util/thread_pool.h"
 #include "testing/errors.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-using testing::char_tokenizer;
+using test::char_tokenizer;
 
 std::string make_model_dir(const std::string& name, bool moe = false) {
-  return testing::make_model_dir("grpo_test_" + name, small_test_config(moe));
+  return test::make_model_dir("grpo_test_" + name, small_test_config(moe));
 }
 
 // A toy task a random model solves ~10% of the time: answer with a digit.
-class DigitTask : public tasks::Task {
+class DigitTask : public Task {
  public:
   std::string name() const override { return "test-digit"; }
-  tasks::Problem generate(tasks::Split, uint64_t, uint64_t index) const override {
+  Problem generate(Split, uint64_t, uint64_t index) const override {
     return {std::string(1, static_cast<char>('a' + index % 26)) + "=", "7"};
   }
-  bool verify(const tasks::Problem&, std::string_view c) const override {
+  bool verify(const Problem&, std::string_view c) const override {
     return !c.empty() && c[0] >= '0' && c[0] <= '9';
   }
 };
@@ -130,7 +130,7 @@ TEST(Grpo, EveryWorkingSamplerPlanAndSyncModeRunsCleanWithAllSevenChecks) {
     RlConfig cfg = small_config();
     cfg.learner.recipe.plan = pc.recipe;
     cfg.sampler_plan = pc.sampler;
-    cfg.sync = sync::parse_sync_mode(pc.sync);
+    cfg.sync = parse_sync_mode(pc.sync);
     cfg.loss.correction = RolloutCorrection::TIS;
     std::vector<RlStepStats> steps;
     RlEvents ev;
@@ -146,7 +146,7 @@ TEST(Grpo, EveryWorkingSamplerPlanAndSyncModeRunsCleanWithAllSevenChecks) {
     for (const RlStepStats& s : steps) {
       EXPECT_TRUE(s.sync.passed());
       ASSERT_EQ(s.sync.checks.size(), 7u);
-      const sync::CheckResult& agree = s.sync.checks.back();
+      const CheckResult& agree = s.sync.checks.back();
       ASSERT_EQ(agree.name, "agreement");
       EXPECT_EQ(agree.measured["bitwise_required"].get<bool>(), pc.bitwise);
       EXPECT_EQ(agree.measured["bitwise_equal"].get<bool>(), pc.bitwise);
@@ -169,7 +169,7 @@ TEST(Grpo, ImpossibleCombinationsAreRefusedAtStart) {
   RlConfig cfg = small_config();
   cfg.learner.recipe.plan = "bf16";
   cfg.sampler_plan = "mxfp8";
-  cfg.sync = sync::SyncMode::Ship;
+  cfg.sync = SyncMode::Ship;
   try {
     RlRun::start(dir, cfg);
     FAIL() << "ship from a bf16 learner into an mxfp8 sampler was accepted";
@@ -278,7 +278,7 @@ TEST(Grpo, SettingsRoundTripAndAreReadStrictly) {
   RlConfig c = small_config();
   c.loss.agg = LossAgg::SeqMeanTokenMean;
   c.loss.correction = RolloutCorrection::MIS;
-  c.sync = sync::SyncMode::Requantize;
+  c.sync = SyncMode::Requantize;
   const nlohmann::json j = c.to_json();
   EXPECT_EQ(RlConfig::from_json(j).to_json(), j);
   nlohmann::json bad = j;
@@ -347,4 +347,4 @@ TEST(Grpo, DefaultLearningRateIsTheOneThatWorksOnTheBuiltInTasks) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl

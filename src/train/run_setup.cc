@@ -2,7 +2,7 @@
 
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 std::string task_of(const RunSpec& spec, const std::string& task) {
   if (spec.data.empty()) return task;
@@ -42,4 +42,4 @@ RlSession open_rl(const RunSpec& spec, RlConfig cfg, const Exec& exec, std::shar
   return {std::move(dir), std::move(run)};
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

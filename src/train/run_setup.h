@@ -14,7 +14,7 @@
 #include "util/exec.h"
 #include "util/run_dir.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 struct RunSpec {
   std::string model;        // checkpoint directory a new run starts from
@@ -55,4 +55,4 @@ SftSession open_sft(const RunSpec& spec, SftConfig cfg, const Exec& exec = {});
 // (dist/distributed.h).
 RlSession open_rl(const RunSpec& spec, RlConfig cfg, const Exec& exec = {}, std::shared_ptr<RlRemote> remote = nullptr);
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -13,7 +13,7 @@
 #include "util/error.h"
 #include "testing/errors.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 namespace {
 using test::error_of;
 namespace fs = std::filesystem;
@@ -31,7 +31,7 @@ TEST(RunSetup, TheTaskComesFromDataAndANewRunNeedsAModel) {
 TEST(RunSetup, TheOutputFolderIsHeldForTheRunAndHoldsOneRun) {
   ModelConfig c = small_test_config(false);
   c.num_hidden_layers = 1;
-  const std::string model = testing::make_model_dir("run_setup", c), out = model + "_out";
+  const std::string model = test::make_model_dir("run_setup", c), out = model + "_out";
   fs::remove_all(out);
   SftConfig cfg;
   cfg.task = "addition:digits=1";
@@ -66,4 +66,4 @@ TEST(RunSetup, TheOutputFolderIsHeldForTheRunAndHoldsOneRun) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl

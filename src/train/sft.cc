@@ -15,22 +15,22 @@
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const settings::Table<SftConfig>& sft_fields() {
-  using settings::field;
+const SettingsTable<SftConfig>& sft_fields() {
+  using setting_field;
   using S = SftConfig;
-  static const settings::Table<S> t = [] {
-    settings::Table<S> t = {
+  static const SettingsTable<S> t = [] {
+    SettingsTable<S> t = {
         field<S>("task", "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], "
                          "sort[:len=L,max=M], countdown[:count=C,max=M]", &S::task),
         field<S>("steps", "Optimizer steps", &S::steps).min(1),
         field<S>("batch_size", "Sequences per optimizer step", &S::batch_size).min(1),
     };
-    for (auto& f : settings::nest<S>(learner_fields(), &S::learner, "")) t.push_back(std::move(f));
+    for (auto& f : setting_nest<S>(learner_fields(), &S::learner, "")) t.push_back(std::move(f));
     for (auto f : {
              field<S>("eval_every", "Steps between evaluations (0: only at the end)", &S::eval_every).min(0),
              field<S>("eval_problems", "Held-out problems per evaluation", &S::eval_problems).min(0),
@@ -46,21 +46,21 @@ const settings::Table<SftConfig>& sft_fields() {
   return t;
 }
 
-json SftConfig::to_json() const { return settings::to_json(sft_fields(), *this); }
+json SftConfig::to_json() const { return settings_to_json(sft_fields(), *this); }
 
 SftConfig SftConfig::from_json(const json& j) {
   SftConfig c;
-  settings::from_json(sft_fields(), j, c, "SFT settings");
+  settings_from_json(sft_fields(), j, c, "SFT settings");
   c.learner.optim.validate();
   return c;
 }
 
 void SftConfig::validate() const {
-  settings::check_bounds(sft_fields(), *this, "SFT settings");
+  setting_check_bounds(sft_fields(), *this, "SFT settings");
   learner.optim.validate();
 }
 
-Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, int32_t eos) {
+Sequence make_sft_sequence(const Tokenizer& tk, const Problem& p, int32_t eos) {
   Sequence s;
   s.tokens = tk.encode(p.prompt);
   if (s.tokens.empty()) fail("a problem has an empty prompt");
@@ -70,14 +70,14 @@ Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, in
   return s;
 }
 
-EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task, const tok::Tokenizer& tk, int32_t eos,
+EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const Tokenizer& tk, int32_t eos,
                     uint64_t seed, int64_t count, int64_t max_new_tokens, const Exec& exec) {
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
   Engine engine(std::move(model), 0, {}, exec);
   for (int64_t i = 0; i < count; ++i) {
     EvalSample s;
-    s.problem = task.generate(tasks::Split::Eval, seed, static_cast<uint64_t>(i));
+    s.problem = task.generate(Split::Eval, seed, static_cast<uint64_t>(i));
     GenerationRequest req;
     req.id = i;
     req.prompt = tk.encode(s.problem.prompt);
@@ -102,12 +102,12 @@ EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task,
   return r;
 }
 
-TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& c, const std::string& tokenizer_json,
+TaskSetup make_task_setup(const Task& task, const ModelConfig& c, const std::string& tokenizer_json,
                           const std::string& tokenizer_config_json, uint64_t seed, int64_t max_new_tokens,
                           int64_t count) {
   TaskSetup s;
   if (tokenizer_json.empty()) fail("the model has no tokenizer.json");
-  s.tk = tok::Tokenizer::from_json(tokenizer_json, "tokenizer.json");
+  s.tk = Tokenizer::from_json(tokenizer_json, "tokenizer.json");
   s.tokenizer_json = tokenizer_json;
   s.tokenizer_config_json = tokenizer_config_json;
   // Rollouts and evaluations stop on the one default of every sampler (sampler/prompts.h): the EOS token.
@@ -120,7 +120,7 @@ TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& c, const s
   if (s.max_new == 0) {
     int64_t longest = 0;
     for (int64_t i = 0; i < count; ++i)
-      longest = std::max<int64_t>(longest, s.tk->encode(task.generate(tasks::Split::Eval, seed, i).answer).size());
+      longest = std::max<int64_t>(longest, s.tk->encode(task.generate(Split::Eval, seed, i).answer).size());
     s.max_new = longest + 8;
   }
   return s;
@@ -130,7 +130,7 @@ void SftRun::init(ParamTable params, const std::string& tokenizer_json, const st
                   const Exec& exec) {
   cfg_.validate();
   exec_ = exec;
-  task_ = tasks::make_task(cfg_.task, params.config().max_position_embeddings);
+  task_ = make_task(cfg_.task, params.config().max_position_embeddings);
   setup_ = make_task_setup(*task_, params.config(), tokenizer_json, tokenizer_config_json, cfg_.seed,
                            cfg_.max_new_tokens, std::max<int64_t>(cfg_.eval_problems, 1));
   learner_ = std::make_unique<Learner>(std::move(params), cfg_.learner, exec);
@@ -186,7 +186,7 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
     batch.clear();
     for (int64_t i = 0; i < cfg_.batch_size; ++i)
       batch.push_back(make_sft_sequence(
-          *setup_.tk, task_->generate(tasks::Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), setup_.eos));
+          *setup_.tk, task_->generate(Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), setup_.eos));
     const StepResult r = learner_->step(batch);
     if (ev.on_step) ev.on_step(step(), r);
     if (cfg_.eval_every > 0 && step() % cfg_.eval_every == 0 && step() < cfg_.steps && cfg_.eval_problems > 0)
@@ -206,4 +206,4 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
   return last;
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -22,7 +22,7 @@
 #include "tasks/tasks.h"
 #include "tokenizer/tokenizer.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 struct SftConfig {
   std::string task = "addition";  // task spec, or jsonl:PATH
@@ -40,7 +40,7 @@ struct SftConfig {
 };
 // Its fields (util/settings.h), the learner's included (flat, "optim" nested):
 // the training state's "sft" settings, the options of `mxrl sft`.
-const settings::Table<SftConfig>& sft_fields();
+const SettingsTable<SftConfig>& sft_fields();
 
 // What a run on a task takes from its checkpoint: the tokenizer (and its
 // files, saved again with every training state), the end-of-text token, and
@@ -49,20 +49,20 @@ const settings::Table<SftConfig>& sft_fields();
 // checkpoint has no tokenizer, no valid eos_token_id, or a tokenizer larger
 // than the model's vocabulary.
 struct TaskSetup {
-  std::optional<tok::Tokenizer> tk;
+  std::optional<Tokenizer> tk;
   std::string tokenizer_json, tokenizer_config_json;
   int32_t eos = -1;
   int64_t max_new = 0;
 };
-TaskSetup make_task_setup(const tasks::Task& task, const ModelConfig& cfg, const std::string& tokenizer_json,
+TaskSetup make_task_setup(const Task& task, const ModelConfig& cfg, const std::string& tokenizer_json,
                           const std::string& tokenizer_config_json, uint64_t seed, int64_t max_new_tokens,
                           int64_t count);
 
 // prompt + answer + eos, with the answer's tokens and eos as targets.
-Sequence make_sft_sequence(const tok::Tokenizer& tk, const tasks::Problem& p, int32_t eos);
+Sequence make_sft_sequence(const Tokenizer& tk, const Problem& p, int32_t eos);
 
 struct EvalSample {
-  tasks::Problem problem;
+  Problem problem;
   std::string completion;
   bool correct = false;
 };
@@ -74,7 +74,7 @@ struct EvalResult {
 
 // Greedy decoding of Eval problems 0..count-1 (seed) through the sampler
 // engine on `model`; exact match by task.verify().
-EvalResult evaluate(std::shared_ptr<const Model> model, const tasks::Task& task, const tok::Tokenizer& tk, int32_t eos,
+EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const Tokenizer& tk, int32_t eos,
                     uint64_t seed, int64_t count, int64_t max_new_tokens, const Exec& exec = {});
 
 struct SftEvents {
@@ -100,8 +100,8 @@ class SftRun {
   const SftConfig& config() const { return cfg_; }
   int64_t step() const;
   Learner& learner() { return *learner_; }
-  const tok::Tokenizer& tokenizer() const { return *setup_.tk; }
-  const tasks::Task& task() const { return *task_; }
+  const Tokenizer& tokenizer() const { return *setup_.tk; }
+  const Task& task() const { return *task_; }
   int32_t eos() const { return setup_.eos; }
 
  private:
@@ -109,10 +109,10 @@ class SftRun {
   void init(ParamTable params, const std::string& tokenizer_json, const std::string& tokenizer_config_json,
             const Exec& exec);
   SftConfig cfg_;
-  std::unique_ptr<tasks::Task> task_;
+  std::unique_ptr<Task> task_;
   TaskSetup setup_;
   std::unique_ptr<Learner> learner_;
   Exec exec_;
 };
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -14,18 +14,18 @@
 #include "testing/small_config.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
 using test::slurp;
-using testing::char_tokenizer;
+using test::char_tokenizer;
 
 // A small model with the character tokenizer, saved as a checkpoint directory.
 std::string make_model_dir(const std::string& name, int layers = 2) {
   ModelConfig c = small_test_config(false);
   c.num_hidden_layers = layers;
-  return testing::make_model_dir("sft_test_" + name, c);
+  return test::make_model_dir("sft_test_" + name, c);
 }
 
 TEST(Sft, SequencesTargetTheAnswerAndTheEndToken) {
@@ -140,4 +140,4 @@ TEST(Sft, SettingsOfSavedStatesReadAndWriteAsBefore) {
 }
 
 }  // namespace
-}  // namespace mxrl::rl
+}  // namespace mxrl

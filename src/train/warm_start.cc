@@ -9,10 +9,10 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
-int64_t init_checkpoint(const std::string& out, ModelConfig cfg, uint64_t seed, float std, st::DType dtype) {
-  const tok::Tokenizer tk = tok::builtin_char_tokenizer();
+int64_t init_checkpoint(const std::string& out, ModelConfig cfg, uint64_t seed, float std, DType dtype) {
+  const Tokenizer tk = builtin_char_tokenizer();
   if (cfg.vocab_size < tk.vocab_size())
     fail("vocab_size {} is smaller than the character tokenizer's {}", cfg.vocab_size, tk.vocab_size());
   cfg.eos_token_ids = {*tk.token_id("<|endoftext|>")};
@@ -24,7 +24,7 @@ int64_t init_checkpoint(const std::string& out, ModelConfig cfg, uint64_t seed, 
 }
 
 void write_preset_checkpoint(const std::string& out, const std::string& preset, uint64_t seed, float std) {
-  init_checkpoint(out, preset_config(preset, tok::builtin_char_tokenizer().vocab_size()), seed, std);
+  init_checkpoint(out, preset_config(preset, builtin_char_tokenizer().vocab_size()), seed, std);
 }
 
 WarmStart warm_start(const std::string& dir, const WarmStartConfig& w,
@@ -52,4 +52,4 @@ WarmStart warm_start(const std::string& dir, const WarmStartConfig& w,
   return {(fs::path(sft) / "final").string(), e.accuracy};
 }
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

@@ -9,13 +9,13 @@
 #include "model/config.h"
 #include "util/exec.h"
 
-namespace mxrl::rl {
+namespace mxrl {
 
 // A randomly initialised checkpoint of `cfg` with the built-in character
 // tokenizer (its end-of-text token as eos and bos) in `out`. Throws when the
 // config's vocabulary is smaller than the tokenizer's. Returns the parameter count.
 int64_t init_checkpoint(const std::string& out, ModelConfig cfg, uint64_t seed, float std = 0.02f,
-                     st::DType dtype = st::DType::F32);
+                     DType dtype = DType::F32);
 // The same for a preset (model/init.h).
 void write_preset_checkpoint(const std::string& out, const std::string& preset, uint64_t seed, float std = 0.02f);
 
@@ -39,4 +39,4 @@ struct WarmStart {
 WarmStart warm_start(const std::string& dir, const WarmStartConfig& cfg,
                      const std::function<void(int64_t step, double loss)>& on_step = {}, const Exec& exec = {});
 
-}  // namespace mxrl::rl
+}  // namespace mxrl

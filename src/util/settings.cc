@@ -8,20 +8,20 @@
 #include "util/error.h"
 #include "util/json_read.h"
 
-namespace mxrl::settings {
+namespace mxrl {
 
 namespace {
 std::string num(double v) { return fmt::format("{}", v); }
 }  // namespace
 
-bool Bounds::contains(double v) const {
+bool SettingBounds::contains(double v) const {
   if (std::isnan(v)) return false;
   if (lo_open ? !(v > lo) : !(v >= lo)) return false;
   if (hi_open ? !(v < hi) : !(v <= hi)) return false;
   return true;
 }
 
-std::string Bounds::text() const {
+std::string SettingBounds::text() const {
   const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
   if (has_lo && has_hi)
     return fmt::format("must be in {}{}, {}{}", lo_open ? "(" : "[", num(lo), num(hi), hi_open ? ")" : "]");
@@ -41,7 +41,7 @@ std::string flag_of(std::string_view key) {
 
 namespace {
 [[noreturn]] void wrong(const nlohmann::json& v, std::string_view ctx, std::string_view key, std::string_view what) {
-  fail("{}: {} must be {}, got {} ({})", ctx, key, what, jsonr::brief(v), v.type_name());
+  fail("{}: {} must be {}, got {} ({})", ctx, key, what, json_brief(v), v.type_name());
 }
 }  // namespace
 
@@ -92,7 +92,7 @@ int read_enum(const nlohmann::json& v, const std::vector<std::string>& names, st
 
 void missing(std::string_view ctx, std::string_view key) { fail("{}: missing \"{}\"", ctx, key); }
 
-void out_of_bounds(std::string_view ctx, std::string_view key, const Bounds& b, double v) {
+void out_of_bounds(std::string_view ctx, std::string_view key, const SettingBounds& b, double v) {
   fail("{}: {} {}, got {}", ctx, key, b.text(), num(v));
 }
 
@@ -146,4 +146,4 @@ void check_keys(const nlohmann::json& j, const std::vector<std::string>& keys, s
 }
 
 }  // namespace detail
-}  // namespace mxrl::settings
+}  // namespace mxrl

@@ -8,9 +8,9 @@
 // "optimizer config: lr must be > 0, got 0"), and in the front ends the
 // options, the --config file and the --resume refusals (cli/settings_cli.h).
 //
-//   const settings::Table<OptimConfig>& optim_fields() {
-//     static const settings::Table<OptimConfig> t = {
-//         settings::field<OptimConfig>("lr", "Peak learning rate", &OptimConfig::lr).above(0), ...};
+//   const SettingsTable<OptimConfig>& optim_fields() {
+//     static const SettingsTable<OptimConfig> t = {
+//         setting_field<OptimConfig>("lr", "Peak learning rate", &OptimConfig::lr).above(0), ...};
 //     return t;
 //   }
 #pragma once
@@ -26,12 +26,12 @@
 
 #include <nlohmann/json.hpp>
 
-namespace mxrl::settings {
+namespace mxrl {
 
-enum class Kind { Int, UInt, Double, Float, Bool, String, Strings, Enum };
+enum class SettingKind { Int, UInt, Double, Float, Bool, String, Strings, Enum };
 
 // Closed or open bounds of a number.
-struct Bounds {
+struct SettingBounds {
   double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;
   bool any() const { return std::isfinite(lo) || std::isfinite(hi); }
@@ -41,12 +41,12 @@ struct Bounds {
 };
 
 template <class C>
-struct Field {
+struct SettingsField {
   std::string key;   // JSON key, a dotted path into nested objects
   std::string flag;  // the long option without "--" ("": none); the TOML key is it with _ for -
   std::string help;
-  Kind kind = Kind::Int;
-  Bounds bounds;
+  SettingKind kind = SettingKind::Int;
+  SettingBounds bounds;
   std::vector<std::string> names;  // Enum: the names of its values, in `values` order
   bool optional = false;           // from_json: a missing key keeps the default (states saved before it existed)
   std::function<void*(C&)> ref;    // the member, of the type `kind` names (every kind but Enum)
@@ -61,35 +61,35 @@ struct Field {
   // Sets an Enum field by name; false if `name` is none of `names`.
   bool set_name(C& c, std::string_view name) const;
 
-  Field& min(double lo) { return bound(lo, false, bounds.hi, bounds.hi_open); }     // >= lo
-  Field& above(double lo) { return bound(lo, true, bounds.hi, bounds.hi_open); }    // > lo
-  Field& max(double hi) { return bound(bounds.lo, bounds.lo_open, hi, false); }     // <= hi
-  Field& below(double hi) { return bound(bounds.lo, bounds.lo_open, hi, true); }    // < hi
-  Field& range(double lo, double hi) { return bound(lo, false, hi, false); }        // in [lo, hi]
-  Field& cli(std::string f) { flag = std::move(f); return *this; }
-  Field& no_cli() { flag.clear(); return *this; }
-  Field& optional_key() { optional = true; return *this; }
+  SettingsField& min(double lo) { return bound(lo, false, bounds.hi, bounds.hi_open); }     // >= lo
+  SettingsField& above(double lo) { return bound(lo, true, bounds.hi, bounds.hi_open); }    // > lo
+  SettingsField& max(double hi) { return bound(bounds.lo, bounds.lo_open, hi, false); }     // <= hi
+  SettingsField& below(double hi) { return bound(bounds.lo, bounds.lo_open, hi, true); }    // < hi
+  SettingsField& range(double lo, double hi) { return bound(lo, false, hi, false); }        // in [lo, hi]
+  SettingsField& cli(std::string f) { flag = std::move(f); return *this; }
+  SettingsField& no_cli() { flag.clear(); return *this; }
+  SettingsField& optional_key() { optional = true; return *this; }
 
  private:
-  Field& bound(double lo, bool lo_open, double hi, bool hi_open) {
-    bounds = Bounds{lo, hi, lo_open, hi_open};
+  SettingsField& bound(double lo, bool lo_open, double hi, bool hi_open) {
+    bounds = SettingBounds{lo, hi, lo_open, hi_open};
     return *this;
   }
 };
 
 template <class C>
-using Table = std::vector<Field<C>>;
+using SettingsTable = std::vector<SettingsField<C>>;
 
 namespace detail {
 template <class T>
-constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<T, int64_t>) return Kind::Int;
-  else if constexpr (std::is_same_v<T, uint64_t>) return Kind::UInt;
-  else if constexpr (std::is_same_v<T, double>) return Kind::Double;
-  else if constexpr (std::is_same_v<T, float>) return Kind::Float;
-  else if constexpr (std::is_same_v<T, bool>) return Kind::Bool;
-  else if constexpr (std::is_same_v<T, std::string>) return Kind::String;
-  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return Kind::Strings;
+constexpr SettingKind kind_of() {
+  if constexpr (std::is_same_v<T, int64_t>) return SettingKind::Int;
+  else if constexpr (std::is_same_v<T, uint64_t>) return SettingKind::UInt;
+  else if constexpr (std::is_same_v<T, double>) return SettingKind::Double;
+  else if constexpr (std::is_same_v<T, float>) return SettingKind::Float;
+  else if constexpr (std::is_same_v<T, bool>) return SettingKind::Bool;
+  else if constexpr (std::is_same_v<T, std::string>) return SettingKind::String;
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return SettingKind::Strings;
   else static_assert(sizeof(T) == 0, "a settings field is int64_t, uint64_t, double, float, bool, string or strings");
 }
 std::string flag_of(std::string_view key);  // the last path component, with - for _
@@ -104,7 +104,7 @@ std::vector<std::string> read_strings(const nlohmann::json& v, std::string_view 
 int read_enum(const nlohmann::json& v, const std::vector<std::string>& names, std::string_view ctx,
               std::string_view key);
 [[noreturn]] void missing(std::string_view ctx, std::string_view key);
-[[noreturn]] void out_of_bounds(std::string_view ctx, std::string_view key, const Bounds& b, double v);
+[[noreturn]] void out_of_bounds(std::string_view ctx, std::string_view key, const SettingBounds& b, double v);
 [[noreturn]] void not_finite(std::string_view ctx, std::string_view key, double v);
 // The value at a dotted path (null if absent); `slot` makes the objects on the way.
 const nlohmann::json* find(const nlohmann::json& j, std::string_view path);
@@ -117,9 +117,9 @@ void check_keys(const nlohmann::json& j, const std::vector<std::string>& keys, s
 // callable C& -> T&, for members of members). The flag defaults to the key's
 // last component with - for _.
 template <class C, class A>
-Field<C> field(std::string key, std::string help, A access) {
+SettingsField<C> setting_field(std::string key, std::string help, A access) {
   using T = std::remove_cvref_t<std::invoke_result_t<A, C&>>;
-  Field<C> f;
+  SettingsField<C> f;
   f.flag = detail::flag_of(key);
   f.key = std::move(key);
   f.help = std::move(help);
@@ -131,13 +131,13 @@ Field<C> field(std::string key, std::string help, A access) {
 // An enum field: `values` and the name of each (`name_of`, the enum's own
 // name function, so that the JSON and the options spell them as it does).
 template <class C, class E, class A, class N>
-Field<C> enum_field(std::string key, std::string help, A access, std::vector<E> values, N name_of) {
+SettingsField<C> setting_enum_field(std::string key, std::string help, A access, std::vector<E> values, N name_of) {
   static_assert(std::is_enum_v<E>);
-  Field<C> f;
+  SettingsField<C> f;
   f.flag = detail::flag_of(key);
   f.key = std::move(key);
   f.help = std::move(help);
-  f.kind = Kind::Enum;
+  f.kind = SettingKind::Enum;
   for (E v : values) f.names.emplace_back(name_of(v));
   f.get = [access, values](const C& c) {
     const E v = std::invoke(access, const_cast<C&>(c));
@@ -150,7 +150,7 @@ Field<C> enum_field(std::string key, std::string help, A access, std::vector<E> 
 }
 
 template <class C>
-bool Field<C>::set_name(C& c, std::string_view name) const {
+bool SettingsField<C>::set_name(C& c, std::string_view name) const {
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == name) {
       set(c, static_cast<int>(i));
@@ -163,10 +163,10 @@ bool Field<C>::set_name(C& c, std::string_view name) const {
 // prefixed with `prefix` ("optim." nests them in an object; "" keeps them
 // flat), flags, help and bounds as they are.
 template <class Outer, class Inner, class A>
-Table<Outer> nest(const Table<Inner>& inner, A access, const std::string& prefix) {
-  Table<Outer> out;
-  for (const Field<Inner>& f : inner) {
-    Field<Outer> g;
+SettingsTable<Outer> setting_nest(const SettingsTable<Inner>& inner, A access, const std::string& prefix) {
+  SettingsTable<Outer> out;
+  for (const SettingsField<Inner>& f : inner) {
+    SettingsField<Outer> g;
     g.key = prefix + f.key;
     g.flag = f.flag;
     g.help = f.help;
@@ -184,8 +184,8 @@ Table<Outer> nest(const Table<Inner>& inner, A access, const std::string& prefix
 
 // The field of `t` with this JSON key (null if none).
 template <class C>
-Field<C>* find_field(Table<C>& t, std::string_view key) {
-  for (Field<C>& f : t)
+SettingsField<C>* setting_find_field(SettingsTable<C>& t, std::string_view key) {
+  for (SettingsField<C>& f : t)
     if (f.key == key) return &f;
   return nullptr;
 }
@@ -193,14 +193,14 @@ Field<C>* find_field(Table<C>& t, std::string_view key) {
 // One line, "<ctx>: <key> must be >= 1, got 0", for the first field outside
 // its bounds or (numbers) not finite.
 template <class C>
-void check_bounds(const Table<C>& t, const C& c, std::string_view ctx) {
-  for (const Field<C>& f : t) {
+void setting_check_bounds(const SettingsTable<C>& t, const C& c, std::string_view ctx) {
+  for (const SettingsField<C>& f : t) {
     double v;
     switch (f.kind) {
-      case Kind::Int: v = static_cast<double>(f.template at<int64_t>(c)); break;
-      case Kind::UInt: v = static_cast<double>(f.template at<uint64_t>(c)); break;
-      case Kind::Double: v = f.template at<double>(c); break;
-      case Kind::Float: v = f.template at<float>(c); break;
+      case SettingKind::Int: v = static_cast<double>(f.template at<int64_t>(c)); break;
+      case SettingKind::UInt: v = static_cast<double>(f.template at<uint64_t>(c)); break;
+      case SettingKind::Double: v = f.template at<double>(c); break;
+      case SettingKind::Float: v = f.template at<float>(c); break;
       default: continue;
     }
     if (!std::isfinite(v)) detail::not_finite(ctx, f.key, v);
@@ -210,19 +210,19 @@ void check_bounds(const Table<C>& t, const C& c, std::string_view ctx) {
 
 // Every field at its key (Enum as its name, Float widened to double).
 template <class C>
-nlohmann::json to_json(const Table<C>& t, const C& c) {
+nlohmann::json settings_to_json(const SettingsTable<C>& t, const C& c) {
   nlohmann::json j = nlohmann::json::object();
-  for (const Field<C>& f : t) {
+  for (const SettingsField<C>& f : t) {
     nlohmann::json& s = detail::slot(j, f.key);
     switch (f.kind) {
-      case Kind::Int: s = f.template at<int64_t>(c); break;
-      case Kind::UInt: s = f.template at<uint64_t>(c); break;
-      case Kind::Double: s = f.template at<double>(c); break;
-      case Kind::Float: s = f.template at<float>(c); break;
-      case Kind::Bool: s = f.template at<bool>(c); break;
-      case Kind::String: s = f.template at<std::string>(c); break;
-      case Kind::Strings: s = f.template at<std::vector<std::string>>(c); break;
-      case Kind::Enum: s = f.enum_name(c); break;
+      case SettingKind::Int: s = f.template at<int64_t>(c); break;
+      case SettingKind::UInt: s = f.template at<uint64_t>(c); break;
+      case SettingKind::Double: s = f.template at<double>(c); break;
+      case SettingKind::Float: s = f.template at<float>(c); break;
+      case SettingKind::Bool: s = f.template at<bool>(c); break;
+      case SettingKind::String: s = f.template at<std::string>(c); break;
+      case SettingKind::Strings: s = f.template at<std::vector<std::string>>(c); break;
+      case SettingKind::Enum: s = f.enum_name(c); break;
     }
   }
   return j;
@@ -232,28 +232,28 @@ nlohmann::json to_json(const Table<C>& t, const C& c) {
 // key is an error unless the field is optional; unknown keys, wrong types and
 // values outside the bounds are one-line errors naming the key.
 template <class C>
-void from_json(const Table<C>& t, const nlohmann::json& j, C& c, std::string_view ctx) {
+void settings_from_json(const SettingsTable<C>& t, const nlohmann::json& j, C& c, std::string_view ctx) {
   std::vector<std::string> keys;
-  for (const Field<C>& f : t) keys.push_back(f.key);
+  for (const SettingsField<C>& f : t) keys.push_back(f.key);
   detail::check_keys(j, keys, ctx);
-  for (const Field<C>& f : t) {
+  for (const SettingsField<C>& f : t) {
     const nlohmann::json* v = detail::find(j, f.key);
     if (!v) {
       if (f.optional) continue;
       detail::missing(ctx, f.key);
     }
     switch (f.kind) {
-      case Kind::Int: f.template at<int64_t>(c) = detail::read_int(*v, ctx, f.key); break;
-      case Kind::UInt: f.template at<uint64_t>(c) = detail::read_uint(*v, ctx, f.key); break;
-      case Kind::Double: f.template at<double>(c) = detail::read_number(*v, ctx, f.key); break;
-      case Kind::Float: f.template at<float>(c) = static_cast<float>(detail::read_number(*v, ctx, f.key)); break;
-      case Kind::Bool: f.template at<bool>(c) = detail::read_bool(*v, ctx, f.key); break;
-      case Kind::String: f.template at<std::string>(c) = detail::read_string(*v, ctx, f.key); break;
-      case Kind::Strings: f.template at<std::vector<std::string>>(c) = detail::read_strings(*v, ctx, f.key); break;
-      case Kind::Enum: f.set(c, detail::read_enum(*v, f.names, ctx, f.key)); break;
+      case SettingKind::Int: f.template at<int64_t>(c) = detail::read_int(*v, ctx, f.key); break;
+      case SettingKind::UInt: f.template at<uint64_t>(c) = detail::read_uint(*v, ctx, f.key); break;
+      case SettingKind::Double: f.template at<double>(c) = detail::read_number(*v, ctx, f.key); break;
+      case SettingKind::Float: f.template at<float>(c) = static_cast<float>(detail::read_number(*v, ctx, f.key)); break;
+      case SettingKind::Bool: f.template at<bool>(c) = detail::read_bool(*v, ctx, f.key); break;
+      case SettingKind::String: f.template at<std::string>(c) = detail::read_string(*v, ctx, f.key); break;
+      case SettingKind::Strings: f.template at<std::vector<std::string>>(c) = detail::read_strings(*v, ctx, f.key); break;
+      case SettingKind::Enum: f.set(c, detail::read_enum(*v, f.names, ctx, f.key)); break;
     }
   }
-  check_bounds(t, c, ctx);
+  setting_check_bounds(t, c, ctx);
 }
 
-}  // namespace mxrl::settings
+}  // namespace mxrl

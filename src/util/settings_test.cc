@@ -10,7 +10,7 @@
 #include "util/error.h"
 #include "testing/errors.h"
 
-namespace mxrl::settings {
+namespace mxrl {
 namespace {
 using test::error_of;
 
@@ -34,20 +34,20 @@ struct Toy {
   int64_t added_later = 1;
 };
 
-const Table<Toy>& toy_fields() {
-  static const Table<Toy> t = [] {
-    Table<Toy> t = {
-        field<Toy>("steps", "Steps", &Toy::steps).min(1),
-        field<Toy>("seed", "Seed", &Toy::seed),
-        field<Toy>("temp", "Temperature", &Toy::temp).above(0),
-        field<Toy>("name", "Name", &Toy::name),
-        field<Toy>("tags", "Tags", &Toy::tags),
-        enum_field<Toy>("color", "Color", &Toy::color, std::vector<Color>{Color::Red, Color::Green}, color_name),
-        field<Toy>("added_later", "Added later", &Toy::added_later).optional_key().no_cli(),
+const SettingsTable<Toy>& toy_fields() {
+  static const SettingsTable<Toy> t = [] {
+    SettingsTable<Toy> t = {
+        setting_field<Toy>("steps", "Steps", &Toy::steps).min(1),
+        setting_field<Toy>("seed", "Seed", &Toy::seed),
+        setting_field<Toy>("temp", "Temperature", &Toy::temp).above(0),
+        setting_field<Toy>("name", "Name", &Toy::name),
+        setting_field<Toy>("tags", "Tags", &Toy::tags),
+        setting_enum_field<Toy>("color", "Color", &Toy::color, std::vector<Color>{Color::Red, Color::Green}, color_name),
+        setting_field<Toy>("added_later", "Added later", &Toy::added_later).optional_key().no_cli(),
     };
-    Table<Inner> in = {field<Inner>("rate", "Rate", &Inner::rate).range(0, 1).cli("inner-rate"),
-                       field<Inner>("on", "On", &Inner::on)};
-    for (auto& f : nest<Toy>(in, &Toy::inner, "inner.")) t.push_back(std::move(f));
+    SettingsTable<Inner> in = {setting_field<Inner>("rate", "Rate", &Inner::rate).range(0, 1).cli("inner-rate"),
+                       setting_field<Inner>("on", "On", &Inner::on)};
+    for (auto& f : setting_nest<Toy>(in, &Toy::inner, "inner.")) t.push_back(std::move(f));
     return t;
   }();
   return t;
@@ -55,7 +55,7 @@ const Table<Toy>& toy_fields() {
 
 Toy from(const json& j) {
   Toy t;
-  from_json(toy_fields(), j, t, "toy settings");
+  settings_from_json(toy_fields(), j, t, "toy settings");
   return t;
 }
 
@@ -63,18 +63,18 @@ TEST(Settings, JsonRoundTripWithNestedKeysEnumsAndDefaults) {
   Toy t;
   t.steps = 12, t.seed = ~uint64_t{0}, t.temp = 0.7f, t.name = "n", t.tags = {"a", "b"}, t.color = Color::Red;
   t.inner.rate = 1.0 / 3, t.inner.on = true;
-  const json j = to_json(toy_fields(), t);
+  const json j = settings_to_json(toy_fields(), t);
   EXPECT_EQ(j["color"], "red");
   EXPECT_EQ(j["inner"]["rate"], 1.0 / 3);
   EXPECT_EQ(j["temp"].get<double>(), static_cast<double>(0.7f));  // widened as nlohmann widens a float
   EXPECT_EQ(j["seed"].get<uint64_t>(), ~uint64_t{0});
   const Toy u = from(json::parse(j.dump()));
-  EXPECT_EQ(to_json(toy_fields(), u), j);
+  EXPECT_EQ(settings_to_json(toy_fields(), u), j);
   EXPECT_EQ(u.temp, 0.7f);
   // The flags: the last key component with - for _, unless named.
   EXPECT_EQ(toy_fields()[0].flag, "steps");
-  EXPECT_EQ(find_field(const_cast<Table<Toy>&>(toy_fields()), "inner.rate")->flag, "inner-rate");
-  EXPECT_EQ(find_field(const_cast<Table<Toy>&>(toy_fields()), "inner.on")->flag, "on");
+  EXPECT_EQ(setting_find_field(const_cast<SettingsTable<Toy>&>(toy_fields()), "inner.rate")->flag, "inner-rate");
+  EXPECT_EQ(setting_find_field(const_cast<SettingsTable<Toy>&>(toy_fields()), "inner.on")->flag, "on");
   // An optional key may be missing (a state saved before it existed); the default stays.
   json old = j;
   old.erase("added_later");
@@ -82,7 +82,7 @@ TEST(Settings, JsonRoundTripWithNestedKeysEnumsAndDefaults) {
 }
 
 TEST(Settings, BadJsonIsOneLineNamingTheKey) {
-  const json good = to_json(toy_fields(), Toy{});
+  const json good = settings_to_json(toy_fields(), Toy{});
   auto err = [&](auto mutate) {
     json j = good;
     mutate(j);
@@ -109,18 +109,18 @@ TEST(Settings, BoundsAreOneLineEach) {
   auto err = [](auto mutate) {
     Toy t;
     mutate(t);
-    return error_of([&] { check_bounds(toy_fields(), t, "toy settings"); });
+    return error_of([&] { setting_check_bounds(toy_fields(), t, "toy settings"); });
   };
   EXPECT_EQ(err([](Toy&) {}), "");
   EXPECT_EQ(err([](Toy& t) { t.steps = 0; }), "toy settings: steps must be >= 1, got 0");
   EXPECT_EQ(err([](Toy& t) { t.temp = 0; }), "toy settings: temp must be > 0, got 0");
   EXPECT_EQ(err([](Toy& t) { t.temp = NAN; }), "toy settings: temp must be a finite number, got nan");
   EXPECT_EQ(err([](Toy& t) { t.inner.rate = -0.5; }), "toy settings: inner.rate must be in [0, 1], got -0.5");
-  EXPECT_EQ((Bounds{0, 1, false, true}.text()), "must be in [0, 1)");
-  EXPECT_EQ(Bounds{}.text(), "");
-  EXPECT_FALSE(Bounds{}.any());
-  EXPECT_FALSE(Bounds{0}.contains(NAN));
+  EXPECT_EQ((SettingBounds{0, 1, false, true}.text()), "must be in [0, 1)");
+  EXPECT_EQ(SettingBounds{}.text(), "");
+  EXPECT_FALSE(SettingBounds{}.any());
+  EXPECT_FALSE(SettingBounds{0}.contains(NAN));
 }
 
 }  // namespace
-}  // namespace mxrl::settings
+}  // namespace mxrl

@@ -23,7 +23,7 @@ struct Ctx {
   WFormat fmt;
   __m512i magsign;  // sign bit and the magnitude bits after the shift (fast)
   __m512i fold;     // 127 - bias, added to E8M0 bytes (fast, MX)
-  simd::Elem elem;  // Generic: exact decode
+  SimdElem elem;  // Generic: exact decode
   explicit Ctx(const PackedWeight& w) : fmt(w.format()), elem(w.elem()) {
     const ElemTraits& f = elem_traits(w.elem());
     const int sh = 23 - f.mbits;
@@ -73,8 +73,8 @@ inline void load_scales(const PackedWeight& w, int64_t p, int64_t g, const Ctx& 
       s1 = _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(_mm512_add_epi32(b1, c.fold), 23),
                                                      _mm512_cmpeq_epi32_mask(b1, ff), nan));
     } else {
-      s0 = simd::e8m0_to_f32_16(b0);
-      s1 = simd::e8m0_to_f32_16(b1);
+      s0 = e8m0_to_f32_16(b0);
+      s1 = e8m0_to_f32_16(b1);
     }
   } else {  // FP8: stored folded for fast panels
     const float* s = w.panel_fp8_scales(p) + g * kPanel;
@@ -109,8 +109,8 @@ inline void load_w(const void* base, int64_t k, __m512 s0, __m512 s1, const Ctx&
     } else {
       const __m512i v = _mm512_cvtepu8_epi16(raw);
       const __m512i c0 = _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), c1 = _mm512_srli_epi32(v, 16);
-      w0 = _mm512_mul_ps(simd::decode16(c0, c.elem), s0);
-      w1 = _mm512_mul_ps(simd::decode16(c1, c.elem), s1);
+      w0 = _mm512_mul_ps(decode16(c0, c.elem), s0);
+      w1 = _mm512_mul_ps(decode16(c1, c.elem), s1);
     }
   }
 }
