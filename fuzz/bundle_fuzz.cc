@@ -20,8 +20,8 @@ void check(bool ok) {
 
 // Small enough to lay out and allocate in a fuzzing run.
 bool small(const mxrl::ModelConfig& c) {
-  const int64_t dims[] = {c.vocab_size, c.hidden_size, c.intermediate_size, c.moe_intermediate_size, c.head_dim,
-                          c.num_attention_heads, c.num_key_value_heads};
+  const int64_t dims[] = {c.vocab_size, c.hidden_size,         c.intermediate_size,  c.moe_intermediate_size,
+                          c.head_dim,   c.num_attention_heads, c.num_key_value_heads};
   for (int64_t d : dims)
     if (d > 4096) return false;
   return c.num_hidden_layers <= 8 && c.num_experts <= 16 && c.vocab_size * c.hidden_size <= (1 << 20) &&
@@ -32,8 +32,10 @@ void decode(const mxrl::Bundle& b) {
   const mxrl::ModelConfig cfg = mxrl::ModelConfig::from_json(b.config, "config");
   if (!small(cfg)) return;
   try {
-    if (b.mode == mxrl::SyncMode::Ship) mxrl::bundle_to_shipment(b, cfg);
-    else mxrl::bundle_to_params(b, cfg);
+    if (b.mode == mxrl::SyncMode::Ship)
+      mxrl::bundle_to_shipment(b, cfg);
+    else
+      mxrl::bundle_to_params(b, cfg);
   } catch (const mxrl::Error&) {
   }
 }

@@ -12,10 +12,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "interop/engine_dump.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"
-#include "interop/engine_dump.h"
 #include "util/error.h"
 
 namespace {

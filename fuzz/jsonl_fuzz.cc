@@ -21,7 +21,6 @@
 
 namespace {
 
-
 void check(bool ok) {
   if (!ok) std::abort();
 }

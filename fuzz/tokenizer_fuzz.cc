@@ -10,8 +10,8 @@
 //      BPE without a normalizer: the regex compiles or fails with mxrl::Error,
 //      and unless the behavior removes text, decode(encode(text)) == text.
 // Any other exception, crash or sanitizer report is a bug.
-#include <nlohmann/json.hpp>
 #include <utf8proc.h>
+#include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +22,6 @@
 #include "util/error.h"
 
 namespace {
-
 
 void check(bool ok) {
   if (!ok) std::abort();
@@ -52,9 +51,9 @@ void check_ids(const Tokenizer& t, const std::vector<int32_t>& ids) {
 }
 
 const Tokenizer& char_tokenizer() {
-  static const Tokenizer t = mxrl::make_char_tokenizer(
-      "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
-      {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+  static const Tokenizer t =
+      mxrl::make_char_tokenizer("0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                                {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
   return t;
 }
 
@@ -85,16 +84,16 @@ const Tokenizer& small_bpe() {
     for (int b = 0; b < 256; ++b) vocab[byte_token(b)] = b;
     json merges = json::array();
     const std::vector<std::pair<std::string, std::string>> m = {
-        {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"}, {"o", "r"}, {"l", "d"},
-        {"Ġw", "or"}, {"Ġwor", "ld"}, {"a", "a"}, {"aa", "aa"}, {"1", "2"}, {"Ġ", "Ġ"}, {"Ã", "©"}};
+        {"h", "e"},   {"l", "l"},     {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"}, {"o", "r"}, {"l", "d"},
+        {"Ġw", "or"}, {"Ġwor", "ld"}, {"a", "a"},   {"aa", "aa"},  {"1", "2"}, {"Ġ", "Ġ"}, {"Ã", "©"}};
     for (const auto& [a, b] : m) {
       if (!vocab.contains(a + b)) vocab[a + b] = vocab.size();
       merges.push_back({a, b});
     }
     const int64_t n = static_cast<int64_t>(vocab.size());
     auto added = [](int64_t id, const char* content, bool sw, bool l, bool r, bool norm) {
-      return json{{"id", id},          {"content", content}, {"single_word", sw}, {"lstrip", l},
-                  {"rstrip", r},       {"normalized", norm}, {"special", true}};
+      return json{{"id", id},    {"content", content}, {"single_word", sw}, {"lstrip", l},
+                  {"rstrip", r}, {"normalized", norm}, {"special", true}};
     };
     const json doc = {
         {"added_tokens",
@@ -106,11 +105,13 @@ const Tokenizer& small_bpe() {
           {"pretokenizers",
            {{{"type", "Split"},
              {"pattern",
-              {{"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+              {{"Regex",
+                R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
              {"behavior", "Isolated"},
              {"invert", false}},
             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
-        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
+        {"decoder",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
     return Tokenizer::from_json(doc.dump(), "fuzz small bpe");
   }();
@@ -121,8 +122,8 @@ const Tokenizer& small_bpe() {
 std::string split_tokenizer_json(std::string_view pattern, const char* behavior, bool invert, bool literal) {
   using nlohmann::json;
   static const json model = nlohmann::json::parse(small_bpe().to_json())["model"];
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                           {"use_regex", false}};
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   const json doc = {{"pre_tokenizer",
                      {{"type", "Sequence"},
                       {"pretokenizers",

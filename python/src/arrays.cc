@@ -53,7 +53,8 @@ void require_contiguous(const AnyArray& a, const char* label) {
 InType float_input(const AnyArray& a, const char* label, const char* what) {
   const nb::dlpack::dtype d = a.dtype();
   if (d.lanes == 1 && d.bits == 32 && d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)) return InType::F32;
-  if (d.lanes == 1 && d.bits == 16 && d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)) return InType::BF16;
+  if (d.lanes == 1 && d.bits == 16 && d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat))
+    return InType::BF16;
   if (d.lanes == 1 && d.bits == 16 && d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)) return InType::F16;
   throw nb::type_error(
       fmt::format("{}: dtype {} is not supported; {} takes float32, bfloat16 or float16", label, dtype_str(a), what)

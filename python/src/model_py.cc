@@ -18,8 +18,8 @@
 #include <variant>
 
 #include "arrays.h"
-#include "model/checkpoint.h"
 #include "interop/compressed_tensors.h"
+#include "model/checkpoint.h"
 #include "model/digest.h"
 #include "model/score.h"
 #include "py_model.h"
@@ -51,27 +51,28 @@ using PromptLen = std::variant<int64_t, std::vector<int64_t>>;
 void check_tokens(const std::vector<int32_t>& t, int64_t vocab, const std::string& label) {
   for (size_t i = 0; i < t.size(); ++i)
     if (t[i] < 0 || t[i] >= vocab)
-      throw nb::value_error(fmt::format("{}[{}]: token id {} is outside the model's vocabulary [0, {})", label, i, t[i],
-                                        vocab).c_str());
+      throw nb::value_error(
+          fmt::format("{}[{}]: token id {} is outside the model's vocabulary [0, {})", label, i, t[i], vocab).c_str());
 }
 
 std::vector<nb::ndarray<nb::numpy, float>> score(const PyModel& m, const std::vector<std::vector<int32_t>>& seqs,
-                                                  const PromptLen& prompt_len, int64_t batch_tokens) {
+                                                 const PromptLen& prompt_len, int64_t batch_tokens) {
   const ModelConfig& cfg = m.model->config();
   if (batch_tokens < 1) throw nb::value_error(fmt::format("batch_tokens must be >= 1, got {}", batch_tokens).c_str());
   if (const auto* v = std::get_if<std::vector<int64_t>>(&prompt_len); v && v->size() != seqs.size())
-    throw nb::value_error(
-        fmt::format("prompt_len: {} values for {} sequences", v->size(), seqs.size()).c_str());
+    throw nb::value_error(fmt::format("prompt_len: {} values for {} sequences", v->size(), seqs.size()).c_str());
   std::vector<ScoreRequest> reqs;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const std::string label = fmt::format("sequences[{}]", i);
     ScoreRequest r;
     r.tokens = seqs[i];
     const int64_t len = static_cast<int64_t>(r.tokens.size());
-    if (len < 2) throw nb::value_error(fmt::format("{}: a sequence needs at least 2 tokens, got {}", label, len).c_str());
+    if (len < 2)
+      throw nb::value_error(fmt::format("{}: a sequence needs at least 2 tokens, got {}", label, len).c_str());
     if (len > cfg.max_position_embeddings)
       throw nb::value_error(fmt::format("{}: {} tokens exceed the model's max_position_embeddings {}", label, len,
-                                        cfg.max_position_embeddings).c_str());
+                                        cfg.max_position_embeddings)
+                                .c_str());
     check_tokens(r.tokens, cfg.vocab_size, label);
     r.prompt_len = std::holds_alternative<int64_t>(prompt_len) ? std::get<int64_t>(prompt_len)
                                                                : std::get<std::vector<int64_t>>(prompt_len)[i];
@@ -94,7 +95,8 @@ nb::ndarray<nb::numpy, float> logits(const PyModel& m, const std::vector<int32_t
   if (tokens.empty()) throw nb::value_error("tokens: empty sequence");
   if (static_cast<int64_t>(tokens.size()) > cfg.max_position_embeddings)
     throw nb::value_error(fmt::format("tokens: {} tokens exceed the model's max_position_embeddings {}", tokens.size(),
-                                      cfg.max_position_embeddings).c_str());
+                                      cfg.max_position_embeddings)
+                              .c_str());
   check_tokens(tokens, cfg.vocab_size, "tokens");
   std::vector<float> l;
   {
@@ -151,13 +153,17 @@ nb::list generate(const PySampler& s, const std::vector<std::vector<int32_t>>& p
 
 void bind_model(nb::module_& m) {
   nb::class_<Tokenizer>(m, "Tokenizer", "A tokenizer.json (BPE, byte-level or mxrl's character tokenizer).")
-      .def_static("load", [](const std::filesystem::path& p) { return Tokenizer::load(p.string()); }, nb::arg("path"), "Load a tokenizer.json file.")
+      .def_static(
+          "load", [](const std::filesystem::path& p) { return Tokenizer::load(p.string()); }, nb::arg("path"),
+          "Load a tokenizer.json file.")
       .def_static("builtin_char", &builtin_char_tokenizer,
                   "The character tokenizer of the built-in tasks and the tiny presets.")
-      .def("encode", [](const Tokenizer& t, const std::string& s) { return t.encode(s); }, nb::arg("text"),
-           "Token ids of ``text`` (no special tokens added).")
-      .def("decode", [](const Tokenizer& t, const std::vector<int32_t>& ids) { return t.decode(ids); },
-           nb::arg("ids"), "The text of ``ids``.")
+      .def(
+          "encode", [](const Tokenizer& t, const std::string& s) { return t.encode(s); }, nb::arg("text"),
+          "Token ids of ``text`` (no special tokens added).")
+      .def(
+          "decode", [](const Tokenizer& t, const std::vector<int32_t>& ids) { return t.decode(ids); }, nb::arg("ids"),
+          "The text of ``ids``.")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size);
 
   nb::class_<PyModel>(m, "Model",
@@ -167,14 +173,18 @@ void bind_model(nb::module_& m) {
                   R"doc(Load a checkpoint directory (config.json + safetensors, or an MXFP8 compressed-tensors
 export) and prepare it under ``plan``: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor,
 fp8-block128, fp8-tensor (+fp8kv), or a plan .toml. ``threads``: 0 for every core.)doc")
-      .def_prop_ro("config", [](const PyModel& p) { return json_to_py(p.model->config().to_json()); },
-                   "The model's config.json fields.")
-      .def_prop_ro("plan", [](const PyModel& p) { return p.model->plan().name; }, "The precision plan's name.")
-      .def_prop_ro("tokenizer", [](const PyModel& p) { return p.tokenizer; },
-                   "The directory's tokenizer.json, if it has one.")
-      .def("manifest", [](const PyModel& p) { return json_to_py(digests_to_json(model_digests(*p.model))); },
-           "What the model computes with, one digest per part (docs/reference.md §6): name, part, dtype, shape, precision, "
-           "xxh3, bytes.")
+      .def_prop_ro(
+          "config", [](const PyModel& p) { return json_to_py(p.model->config().to_json()); },
+          "The model's config.json fields.")
+      .def_prop_ro(
+          "plan", [](const PyModel& p) { return p.model->plan().name; }, "The precision plan's name.")
+      .def_prop_ro(
+          "tokenizer", [](const PyModel& p) { return p.tokenizer; }, "The directory's tokenizer.json, if it has one.")
+      .def(
+          "manifest", [](const PyModel& p) { return json_to_py(digests_to_json(model_digests(*p.model))); },
+          "What the model computes with, one digest per part (docs/reference.md §6): name, part, dtype, shape, "
+          "precision, "
+          "xxh3, bytes.")
       .def("score", &score, nb::arg("sequences"), nb::arg("prompt_len") = 1, nb::arg("batch_tokens") = 4096,
            R"doc(Per-token log-probs at temperature 1 of ``sequences`` (lists of token ids), for tokens
 prompt_len .. len-1 of each (``prompt_len``: one int or one per sequence). One float32
@@ -183,8 +193,8 @@ batching.)doc")
       .def("logits", &logits, nb::arg("tokens"), "FP32 logits [len, vocab] of one sequence.");
 
   nb::class_<PySampler>(m, "Sampler", "The rollout engine (batched generation with a KV cache) over a Model.")
-      .def(nb::init<PyModel, int64_t, bool>(), nb::arg("model"), nb::arg("kv_budget") = EngineOptions{}.kv_budget_tokens,
-           nb::arg("prefix_sharing") = true,
+      .def(nb::init<PyModel, int64_t, bool>(), nb::arg("model"),
+           nb::arg("kv_budget") = EngineOptions{}.kv_budget_tokens, nb::arg("prefix_sharing") = true,
            "``kv_budget``: KV cache positions reserved at once; results do not depend on it or on prefix sharing.")
       .def("generate", &generate, nb::arg("prompts"), nb::arg("n") = 1, nb::arg("max_new_tokens") = 64,
            nb::arg("temperature") = 1.0f, nb::arg("top_p") = 1.0f, nb::arg("top_k") = 0, nb::arg("seed") = 0,

@@ -49,29 +49,38 @@ View mx_view(const std::vector<int64_t>& shape, int axis, const char* label) {
   const int nd = static_cast<int>(shape.size());
   if (nd == 0) throw nb::value_error(fmt::format("{}: a 0-d array has no axis to block", label).c_str());
   if (axis < -nd || axis >= nd)
-    throw nb::value_error(fmt::format("{}: axis {} is out of range for shape {}", label, axis, shape_str(shape)).c_str());
+    throw nb::value_error(
+        fmt::format("{}: axis {} is out of range for shape {}", label, axis, shape_str(shape)).c_str());
   const int a = axis < 0 ? axis + nd : axis;
   if (a == nd - 1) {
     int64_t rows = 1;
     for (int i = 0; i < nd - 1; ++i) rows *= shape[i];
     if (shape[nd - 1] % kMxBlock != 0)
       throw nb::value_error(fmt::format("{}: tensor has shape {}: row blocks need the last dimension to be a multiple "
-                                        "of {}", label, shape_str(shape), kMxBlock).c_str());
+                                        "of {}",
+                                        label, shape_str(shape), kMxBlock)
+                                .c_str());
     return {Axis::Row, rows, shape[nd - 1]};
   }
   if (a != 0 || nd != 2)
     throw nb::value_error(fmt::format("{}: axis {} of shape {}: MX blocks run along the last axis (axis=-1) or, for "
-                                      "a 2-D array, the first (axis=0)", label, axis, shape_str(shape)).c_str());
+                                      "a 2-D array, the first (axis=0)",
+                                      label, axis, shape_str(shape))
+                              .c_str());
   if (shape[0] % kMxBlock != 0)
     throw nb::value_error(fmt::format("{}: tensor has shape {}: col blocks need a 2-D tensor whose first dimension is "
-                                      "a multiple of {}", label, shape_str(shape), kMxBlock).c_str());
+                                      "a multiple of {}",
+                                      label, shape_str(shape), kMxBlock)
+                              .c_str());
   return {Axis::Col, shape[0], shape[1]};
 }
 
 std::vector<int64_t> scale_shape(const std::vector<int64_t>& shape, const View& v) {
   std::vector<int64_t> s = shape;
-  if (v.axis == Axis::Row) s.back() /= kMxBlock;
-  else s[0] /= kMxBlock;
+  if (v.axis == Axis::Row)
+    s.back() /= kMxBlock;
+  else
+    s[0] /= kMxBlock;
   return s;
 }
 
@@ -114,8 +123,13 @@ nb::tuple quantize(AnyArray x, const std::string& elem, const std::string& scale
 nb::object dequantize(AnyArray codes, AnyArray scales, const std::string& elem, int axis, std::optional<AnyArray> out,
                       int threads) {
   const ElemType e = parse_elem(elem);
-  require_bytes(codes, "codes", e == ElemType::E4M3 ? kDLFloat8E4M3FN : e == ElemType::E5M2 ? kDLFloat8E5M2 : -1,
-                e == ElemType::E4M3 ? "float8_e4m3fn" : e == ElemType::E5M2 ? "float8_e5m2" : nullptr);
+  require_bytes(codes, "codes",
+                e == ElemType::E4M3   ? kDLFloat8E4M3FN
+                : e == ElemType::E5M2 ? kDLFloat8E5M2
+                                      : -1,
+                e == ElemType::E4M3   ? "float8_e4m3fn"
+                : e == ElemType::E5M2 ? "float8_e5m2"
+                                      : nullptr);
   require_bytes(scales, "scales", kDLFloat8E8M0FNU, "float8_e8m0fnu");
   require_contiguous(codes, "codes");
   require_contiguous(scales, "scales");
@@ -124,15 +138,16 @@ nb::object dequantize(AnyArray codes, AnyArray scales, const std::string& elem, 
   const std::vector<int64_t> want = scale_shape(shape, v);
   if (shape_of(scales) != want)
     throw nb::value_error(fmt::format("scales: shape {} does not fit codes of shape {} (expected {})",
-                                      shape_str(shape_of(scales)), shape_str(shape), shape_str(want)).c_str());
+                                      shape_str(shape_of(scales)), shape_str(shape), shape_str(want))
+                              .c_str());
   float* dst = nullptr;
   nb::object result;
   if (out) {
     require_f32(*out, "out");
     require_contiguous(*out, "out");
     if (shape_of(*out) != shape)
-      throw nb::value_error(fmt::format("out: shape {} differs from the codes' {}", shape_str(shape_of(*out)),
-                                        shape_str(shape)).c_str());
+      throw nb::value_error(
+          fmt::format("out: shape {} differs from the codes' {}", shape_str(shape_of(*out)), shape_str(shape)).c_str());
     dst = static_cast<float*>(out->data());
     result = nb::cast(*out);
   } else {
@@ -141,8 +156,8 @@ nb::object dequantize(AnyArray codes, AnyArray scales, const std::string& elem, 
   {
     nb::gil_scoped_release unlocked;
     auto pool = make_pool(threads);
-    mx_dequantize(static_cast<const uint8_t*>(codes.data()), static_cast<const uint8_t*>(scales.data()), v.rows,
-                  v.cols, e, v.axis, dst, {pool.get()});
+    mx_dequantize(static_cast<const uint8_t*>(codes.data()), static_cast<const uint8_t*>(scales.data()), v.rows, v.cols,
+                  e, v.axis, dst, {pool.get()});
   }
   return result;
 }
@@ -182,8 +197,8 @@ nb::tuple fp8_quantize(AnyArray x, const GridSpec& grid, const std::string& elem
   uint8_t* codes = nullptr;
   float* scales = nullptr;
   auto c = new_array<uint8_t>(shape, &codes);
-  auto s = new_array<float>({(rows + g.group_rows - 1) / g.group_rows, (cols + g.group_cols - 1) / g.group_cols},
-                            &scales);
+  auto s =
+      new_array<float>({(rows + g.group_rows - 1) / g.group_rows, (cols + g.group_cols - 1) / g.group_cols}, &scales);
   {
     nb::gil_scoped_release unlocked;
     auto pool = make_pool(threads);
@@ -203,10 +218,12 @@ nb::ndarray<nb::numpy, float> fp8_dequantize(AnyArray codes, AnyArray scales, co
   const std::vector<int64_t> shape = shape_of(codes);
   const auto [rows, cols] = fp8_view(shape, "codes");
   const Fp8Grid g = parse_grid(grid, rows, cols);
-  const std::vector<int64_t> want = {(rows + g.group_rows - 1) / g.group_rows, (cols + g.group_cols - 1) / g.group_cols};
+  const std::vector<int64_t> want = {(rows + g.group_rows - 1) / g.group_rows,
+                                     (cols + g.group_cols - 1) / g.group_cols};
   if (shape_of(scales) != want)
     throw nb::value_error(fmt::format("scales: shape {} does not fit codes of shape {} (expected {})",
-                                      shape_str(shape_of(scales)), shape_str(shape), shape_str(want)).c_str());
+                                      shape_str(shape_of(scales)), shape_str(shape), shape_str(want))
+                              .c_str());
   float* dst = nullptr;
   auto out = new_array<float>(shape, &dst);
   {
@@ -267,8 +284,8 @@ x's shape with the blocked axis divided by 32. Bit for bit what
 per tensor with ``tensor_seed(seed, name)``).
 
 Raises TypeError for another dtype, ValueError for a shape that does not block.)doc");
-  m.def("dequantize", &dequantize, nb::arg("codes"), nb::arg("scales"), nb::arg("elem") = "e4m3",
-        nb::arg("axis") = -1, nb::arg("out") = nb::none(), nb::arg("threads") = 0,
+  m.def("dequantize", &dequantize, nb::arg("codes"), nb::arg("scales"), nb::arg("elem") = "e4m3", nb::arg("axis") = -1,
+        nb::arg("out") = nb::none(), nb::arg("threads") = 0,
         R"doc(Decode MX ``codes`` with their E8M0 ``scales`` to float32: decode(code) * 2^(scale - 127),
 one FP32 rounding; a 0xFF (NaN) scale gives NaN.
 

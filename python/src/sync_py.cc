@@ -9,12 +9,12 @@
 #include <fmt/format.h>
 
 #include "arrays.h"
+#include "interop/engine_dump.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "py_model.h"
 #include "sync/bundle.h"
 #include "sync/checks.h"
-#include "interop/engine_dump.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -109,7 +109,8 @@ void bind_sync(nb::module_& m) {
   m.def("_sync_export", &sync_export, nb::arg("model_dir"), nb::arg("out"), nb::arg("recipe"), nb::arg("sync"),
         nb::arg("sampler_plan").none(), nb::arg("version"), nb::arg("floor"), nb::arg("threads"),
         "Write the weight-sync bundle of a checkpoint (mxrl.sync.export).");
-  m.def("_sync_inspect_file", &sync_inspect_file, nb::arg("path"), "Parse and verify a bundle file (mxrl.sync.inspect).");
+  m.def("_sync_inspect_file", &sync_inspect_file, nb::arg("path"),
+        "Parse and verify a bundle file (mxrl.sync.inspect).");
   m.def("_sync_inspect_bytes", &sync_inspect_bytes, nb::arg("data"), nb::arg("label"),
         "Parse and verify bundle bytes (mxrl.sync.inspect).");
   m.def("_sync_check_manifests", &sync_check_manifests, nb::arg("expected"), nb::arg("got"),

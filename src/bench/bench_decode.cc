@@ -33,15 +33,15 @@
 
 #include <unistd.h>
 
-#include "bench/bench_util.h"
 #include "bench/bench.h"
-#include "util/progress.h"
-#include "tokenizer/tokenizer.h"
+#include "bench/bench_util.h"
 #include "kernels/gemm/gemm.h"
-#include "model/init.h"
 #include "model/forward.h"
+#include "model/init.h"
+#include "tokenizer/tokenizer.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/progress.h"
 #include "util/splitmix.h"
 #include "util/thread_pool.h"
 
@@ -62,12 +62,15 @@ void fill_params(ParamTable& params, ThreadPool& pool, float std) {
     const bool out_proj = p.role == ParamRole::Linear && (p.linear == LinearKind::O || p.linear == LinearKind::Down);
     const float a = (out_proj ? std * out_scale : std) * std::sqrt(3.0f);  // U(-a, a) has std a / sqrt(3)
     const uint64_t base = static_cast<uint64_t>(p.offset);
-    pool.parallel_for(p.numel, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) {
-        const double u = static_cast<double>(splitmix64(base + j) >> 11) * 0x1.0p-53;  // [0, 1)
-        w[j] = static_cast<float>((2.0 * u - 1.0) * a);
-      }
-    }, 1 << 16);
+    pool.parallel_for(
+        p.numel,
+        [&](int64_t b, int64_t e) {
+          for (int64_t j = b; j < e; ++j) {
+            const double u = static_cast<double>(splitmix64(base + j) >> 11) * 0x1.0p-53;  // [0, 1)
+            w[j] = static_cast<float>((2.0 * u - 1.0) * a);
+          }
+        },
+        1 << 16);
   }
 }
 
@@ -116,20 +119,27 @@ Bandwidth measure_bandwidth(ThreadPool& pool) {
   if (llc <= 0) llc = 32L << 20;
   const int64_t bytes = std::clamp<int64_t>(4LL * llc, 256LL << 20, 1LL << 30) / 8 * 8;
   std::vector<uint64_t> src(bytes / 8, 1), dst(bytes / 8, 0);
-  const double tc = time_median([&] {
-    pool.parallel_for(bytes / 8, [&](int64_t b, int64_t e) {
-      std::memcpy(dst.data() + b, src.data() + b, (e - b) * 8);
-    }, 1 << 17);
-  }, 0.3);
+  const double tc = time_median(
+      [&] {
+        pool.parallel_for(
+            bytes / 8, [&](int64_t b, int64_t e) { std::memcpy(dst.data() + b, src.data() + b, (e - b) * 8); },
+            1 << 17);
+      },
+      0.3);
   std::atomic<uint64_t> sum{0};
-  const double tr = time_median([&] {
-    pool.parallel_for(bytes / 8, [&](int64_t b, int64_t e) {
-      const uint64_t* p = src.data();
-      uint64_t s = 0;
-      for (int64_t i = b; i < e; ++i) s += p[i];
-      sum.fetch_add(s, std::memory_order_relaxed);
-    }, 1 << 17);
-  }, 0.3);
+  const double tr = time_median(
+      [&] {
+        pool.parallel_for(
+            bytes / 8,
+            [&](int64_t b, int64_t e) {
+              const uint64_t* p = src.data();
+              uint64_t s = 0;
+              for (int64_t i = b; i < e; ++i) s += p[i];
+              sum.fetch_add(s, std::memory_order_relaxed);
+            },
+            1 << 17);
+      },
+      0.3);
   if (sum.load() == 0) fail("bench decode: read pass lost");  // keeps the sum (and the reads) live
   return {bytes / tc / 1e9, bytes / tr / 1e9, bytes};
 }
@@ -274,28 +284,42 @@ void run_decode(const DecodeOptions& a) {
   }
   auto bytes_step = [](const DecodeResult& r) { return r.weight_bytes_step + r.kv_bytes_step; };
 
-
   const double MiB = 1 << 20;
   if (a.json) {
-    nlohmann::json j = {{"bench", "decode"}, {"shape", a.shape}, {"params", params.numel()},
-                        {"init_s", init_s}, {"prompt_len", a.prompt_len}, {"steps", a.steps},
-                        {"prefill_reps", a.prefill_reps}, {"threads", pool.size()},
+    nlohmann::json j = {{"bench", "decode"},
+                        {"shape", a.shape},
+                        {"params", params.numel()},
+                        {"init_s", init_s},
+                        {"prompt_len", a.prompt_len},
+                        {"steps", a.steps},
+                        {"prefill_reps", a.prefill_reps},
+                        {"threads", pool.size()},
                         {"pair_kernel", pair_kernel_name(resolve_pair_kernel(a.pair_kernel))},
-                        {"memcpy_gbps", memcpy_gbps}, {"read_gbps", read_gbps}, {"bandwidth_buffer_bytes", bw0.bytes},
+                        {"memcpy_gbps", memcpy_gbps},
+                        {"read_gbps", read_gbps},
+                        {"bandwidth_buffer_bytes", bw0.bytes},
                         {"memcpy_gbps_before_after", {bw0.memcpy_gbps, bw1.memcpy_gbps}},
                         {"read_gbps_before_after", {bw0.read_gbps, bw1.read_gbps}},
-                        {"baseline", a.plans.front()}, {"plans", nlohmann::json::array()},
+                        {"baseline", a.plans.front()},
+                        {"plans", nlohmann::json::array()},
                         {"results", nlohmann::json::array()}};
     for (size_t pi = 0; pi < np; ++pi)
-      j["plans"].push_back({{"plan", a.plans[pi]}, {"weight_bytes", weight_total[pi]}, {"prepare_s", prepare_s[pi]},
-                                {"reprepare_s", reprepare_s[pi]}});
+      j["plans"].push_back({{"plan", a.plans[pi]},
+                            {"weight_bytes", weight_total[pi]},
+                            {"prepare_s", prepare_s[pi]},
+                            {"reprepare_s", reprepare_s[pi]}});
     for (const DecodeResult& r : res)
-      j["results"].push_back({{"plan", r.plan}, {"batch", r.batch}, {"prefill_s", r.prefill_s},
-                              {"prefill_tokens_per_s", r.prefill_tps}, {"prefill_ratio_to_first", r.prefill_vs_first},
-                              {"decode_step_s", r.step_s}, {"decode_tokens_per_s", r.decode_tps},
+      j["results"].push_back({{"plan", r.plan},
+                              {"batch", r.batch},
+                              {"prefill_s", r.prefill_s},
+                              {"prefill_tokens_per_s", r.prefill_tps},
+                              {"prefill_ratio_to_first", r.prefill_vs_first},
+                              {"decode_step_s", r.step_s},
+                              {"decode_tokens_per_s", r.decode_tps},
                               {"decode_ratio_to_first", r.decode_vs_first},
                               {"decode_weight_bytes_per_step", r.weight_bytes_step},
-                              {"decode_kv_bytes_per_step", r.kv_bytes_step}, {"decode_gbps", r.gbps},
+                              {"decode_kv_bytes_per_step", r.kv_bytes_step},
+                              {"decode_gbps", r.gbps},
                               {"decode_ratio_to_memcpy", r.gbps / memcpy_gbps},
                               {"decode_ratio_to_read", r.gbps / read_gbps}});
     if (bf16_1 && mx_1)
@@ -304,9 +328,11 @@ void run_decode(const DecodeOptions& a) {
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("bench decode: {} ({:.1f} M params, random init {:.2f} s), prompt {} tokens, {} decode steps, "
-             "{} thread(s), pair kernel {}\n",
-             a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(), pair_kernel_name(resolve_pair_kernel(a.pair_kernel)));
+  fmt::print(
+      "bench decode: {} ({:.1f} M params, random init {:.2f} s), prompt {} tokens, {} decode steps, "
+      "{} thread(s), pair kernel {}\n",
+      a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(),
+      pair_kernel_name(resolve_pair_kernel(a.pair_kernel)));
   fmt::print("memcpy {:.2f} GB/s (bytes copied), read {:.2f} GB/s ({:.0f} MiB buffer, best of before/after)\n",
              memcpy_gbps, read_gbps, bw0.bytes / MiB);
   fmt::print("plans interleaved; prefill: median of {}, decode: median step; ratios to {} at the same batch\n",

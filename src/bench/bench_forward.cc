@@ -26,11 +26,17 @@ void run_forward(const ForwardOptions& a) {
     for (int64_t t = 0; t < a.seq_len; ++t) r.tokens.push_back(static_cast<int32_t>(rng() % vocab));
     r.prompt_len = 1;
   }
-  nlohmann::json j = {{"bench", "forward"}, {"preset", a.preset}, {"batch", a.batch}, {"seq_len", a.seq_len},
-                      {"threads", pool.size()}, {"params", params.numel()}, {"results", nlohmann::json::array()}};
+  nlohmann::json j = {{"bench", "forward"},
+                      {"preset", a.preset},
+                      {"batch", a.batch},
+                      {"seq_len", a.seq_len},
+                      {"threads", pool.size()},
+                      {"params", params.numel()},
+                      {"results", nlohmann::json::array()}};
   if (!a.json)
-    fmt::print("bench forward: {} ({:.2f} M params), {} x {} tokens, {} thread(s), median of 3\n{:<14} {:>10} {:>10} {:>12}\n",
-               a.preset, params.numel() / 1e6, a.batch, a.seq_len, pool.size(), "plan", "tokens/s", "x first", "prepare ms");
+    fmt::print(
+        "bench forward: {} ({:.2f} M params), {} x {} tokens, {} thread(s), median of 3\n{:<14} {:>10} {:>10} {:>12}\n",
+        a.preset, params.numel() / 1e6, a.batch, a.seq_len, pool.size(), "plan", "tokens/s", "x first", "prepare ms");
   double base = 0;
   for (const std::string& name : a.plans) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -45,7 +51,8 @@ void run_forward(const ForwardOptions& a) {
     std::sort(t.begin(), t.end());
     const double tps = a.batch * a.seq_len / t[1];
     if (base == 0) base = tps;
-    j["results"].push_back({{"plan", name}, {"tokens_per_s", tps}, {"ratio_to_first", tps / base}, {"prepare_ms", prep}});
+    j["results"].push_back(
+        {{"plan", name}, {"tokens_per_s", tps}, {"ratio_to_first", tps / base}, {"prepare_ms", prep}});
     if (!a.json) fmt::print("{:<14} {:>10.0f} {:>10.2f} {:>12.1f}\n", name, tps, tps / base, prep);
   }
   if (a.json) fmt::print("{}\n", j.dump());

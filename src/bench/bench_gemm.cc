@@ -21,11 +21,11 @@
 
 #include <dlfcn.h>
 
-#include "bench/bench_util.h"
 #include "bench/bench.h"
-#include "util/progress.h"
+#include "bench/bench_util.h"
 #include "kernels/gemm/gemm.h"
 #include "numerics/mx.h"
+#include "util/progress.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -116,9 +116,14 @@ void run_gemm(const GemmOptions& a) {
     const double t_pack_bf16 = time_median([&] { pb = PackedWeight::pack(vb, exec); }, 0);
     const double t_pack_mx = time_median([&] { pm = PackedWeight::pack(vm, exec); }, 0);
     const double t_pack_f32 = time_median([&] { pf = PackedWeight::pack(vf, exec); }, 0);
-    packs.push_back({{"n", n}, {"k", k}, {"pack_ms_bf16", t_pack_bf16 * 1e3}, {"pack_ms_mx", t_pack_mx * 1e3},
-                     {"pack_ms_f32", t_pack_f32 * 1e3}, {"packed_bytes_bf16", pb.bytes()},
-                     {"packed_bytes_mx", pm.bytes()}, {"packed_bytes_f32", pf.bytes()}});
+    packs.push_back({{"n", n},
+                     {"k", k},
+                     {"pack_ms_bf16", t_pack_bf16 * 1e3},
+                     {"pack_ms_mx", t_pack_mx * 1e3},
+                     {"pack_ms_f32", t_pack_f32 * 1e3},
+                     {"packed_bytes_bf16", pb.bytes()},
+                     {"packed_bytes_mx", pm.bytes()},
+                     {"packed_bytes_f32", pf.bytes()}});
 
     std::vector<float> x(max_m * k), y(max_m * n), yd(max_m * n);
     for (auto& v : x) v = nd(rng);
@@ -149,32 +154,44 @@ void run_gemm(const GemmOptions& a) {
 
   const Backend be = resolve_backend(Backend::Auto);
   auto gf = [](const Row& r, double s) { return 2.0 * r.m * r.n * r.k / s / 1e9; };
-  nlohmann::json j = {{"bench", "gemm"}, {"threads", pool.size()}, {"backend", backend_name(be)},
+  nlohmann::json j = {{"bench", "gemm"},
+                      {"threads", pool.size()},
+                      {"backend", backend_name(be)},
                       {"pair_kernel", pair_kernel_name(pair_kernel)},
-                      {"onednn_impl_bf16", impl_bf16}, {"onednn_impl_f32", impl_f32},
-                      {"mx", "e4m3 rceil row"}, {"pack", packs}, {"results", nlohmann::json::array()}};
+                      {"onednn_impl_bf16", impl_bf16},
+                      {"onednn_impl_f32", impl_f32},
+                      {"mx", "e4m3 rceil row"},
+                      {"pack", packs},
+                      {"results", nlohmann::json::array()}};
   if (!a.json) {
-    fmt::print("bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, pair kernel {}, {} thread(s); median "
-               "GFLOP/s{}\n"
-               "oneDNN {}.{}.{}: bf16 impl {}, f32 impl {}\n",
-               backend_name(be), pair_kernel_name(pair_kernel), pool.size(),
-               amx_cols ? "; amx-bf16 / amx-mx: the AMX pair kernel (batch-invariant, not the reference chain)" : "",
-               dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, impl_bf16, impl_f32);
-    fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}", "M", "N", "K",
-               "bf16", "mxfp8", "f32", "dnnl-bf16", "dnnl-f32", "bf16/df", "mx/df", "f32/df", "bf16/dbf");
+    fmt::print(
+        "bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, pair kernel {}, {} thread(s); median "
+        "GFLOP/s{}\n"
+        "oneDNN {}.{}.{}: bf16 impl {}, f32 impl {}\n",
+        backend_name(be), pair_kernel_name(pair_kernel), pool.size(),
+        amx_cols ? "; amx-bf16 / amx-mx: the AMX pair kernel (batch-invariant, not the reference chain)" : "",
+        dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, impl_bf16, impl_f32);
+    fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}", "M", "N", "K", "bf16",
+               "mxfp8", "f32", "dnnl-bf16", "dnnl-f32", "bf16/df", "mx/df", "f32/df", "bf16/dbf");
     if (amx_cols) fmt::print(" | {:>8} {:>8} {:>9}", "amx-bf16", "amx-mx", "amxb/dbf");
     fmt::print("\n");
   }
   for (const Row& r : rows) {
     const double g[5] = {gf(r, r.s_bf16), gf(r, r.s_mx), gf(r, r.s_f32), gf(r, r.s_dnnl_bf16), gf(r, r.s_dnnl_f32)};
-    j["results"].push_back({{"m", r.m}, {"n", r.n}, {"k", r.k},
-                            {"gflops", {{"mxrl_bf16", g[0]}, {"mxrl_mxfp8", g[1]}, {"mxrl_f32", g[2]},
-                                        {"onednn_bf16", g[3]}, {"onednn_f32", g[4]}}},
-                            {"seconds", {{"mxrl_bf16", r.s_bf16}, {"mxrl_mxfp8", r.s_mx}, {"mxrl_f32", r.s_f32},
-                                         {"onednn_bf16", r.s_dnnl_bf16}, {"onednn_f32", r.s_dnnl_f32}}},
-                            {"ratio_to_onednn_f32", {{"mxrl_bf16", g[0] / g[4]}, {"mxrl_mxfp8", g[1] / g[4]},
-                                                     {"mxrl_f32", g[2] / g[4]}}},
-                            {"ratio_to_onednn_bf16", {{"mxrl_bf16", g[0] / g[3]}, {"mxrl_mxfp8", g[1] / g[3]}}}});
+    j["results"].push_back(
+        {{"m", r.m},
+         {"n", r.n},
+         {"k", r.k},
+         {"gflops",
+          {{"mxrl_bf16", g[0]}, {"mxrl_mxfp8", g[1]}, {"mxrl_f32", g[2]}, {"onednn_bf16", g[3]}, {"onednn_f32", g[4]}}},
+         {"seconds",
+          {{"mxrl_bf16", r.s_bf16},
+           {"mxrl_mxfp8", r.s_mx},
+           {"mxrl_f32", r.s_f32},
+           {"onednn_bf16", r.s_dnnl_bf16},
+           {"onednn_f32", r.s_dnnl_f32}}},
+         {"ratio_to_onednn_f32", {{"mxrl_bf16", g[0] / g[4]}, {"mxrl_mxfp8", g[1] / g[4]}, {"mxrl_f32", g[2] / g[4]}}},
+         {"ratio_to_onednn_bf16", {{"mxrl_bf16", g[0] / g[3]}, {"mxrl_mxfp8", g[1] / g[3]}}}});
     if (amx_cols) {
       const double ab = gf(r, r.s_amx_bf16), am = gf(r, r.s_amx_mx);
       auto& res = j["results"].back();
@@ -186,8 +203,9 @@ void run_gemm(const GemmOptions& a) {
       res["ratio_to_onednn_bf16"]["mxrl_amx_mxfp8"] = am / g[3];
     }
     if (!a.json) {
-      fmt::print("{:>5} {:>5} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.1f} {:>9.1f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f}",
-                 r.m, r.n, r.k, g[0], g[1], g[2], g[3], g[4], g[0] / g[4], g[1] / g[4], g[2] / g[4], g[0] / g[3]);
+      fmt::print(
+          "{:>5} {:>5} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.1f} {:>9.1f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>9.2f}",
+          r.m, r.n, r.k, g[0], g[1], g[2], g[3], g[4], g[0] / g[4], g[1] / g[4], g[2] / g[4], g[0] / g[3]);
       if (amx_cols)
         fmt::print(" | {:>8.1f} {:>8.1f} {:>9.2f}", gf(r, r.s_amx_bf16), gf(r, r.s_amx_mx), gf(r, r.s_amx_bf16) / g[3]);
       fmt::print("\n");

@@ -41,9 +41,8 @@ void run_quantize(const QuantizeOptions& a) {
   const Exec exec{&pool, Backend::Auto};
   const double fbytes = 4.0 * n;
   auto memcpy_par = [&] {
-    pool.parallel_for(n, [&](int64_t b, int64_t e) {
-      std::memcpy(copy.data() + b, x.data() + b, (e - b) * sizeof(float));
-    }, 1 << 16);
+    pool.parallel_for(
+        n, [&](int64_t b, int64_t e) { std::memcpy(copy.data() + b, x.data() + b, (e - b) * sizeof(float)); }, 1 << 16);
   };
   auto quant = [&](Axis axis, Rounding r, Backend be) {
     return [&, axis, r, be] {
@@ -61,28 +60,33 @@ void run_quantize(const QuantizeOptions& a) {
   run("quantize row (rne)", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Auto), a.min_time);
   run("quantize col (rne)", fbytes, quant(Axis::Col, Rounding::RNE, Backend::Auto), a.min_time);
   run("quantize row (stochastic)", fbytes, quant(Axis::Row, Rounding::Stochastic, Backend::Auto), a.min_time);
-  run("dequantize row", double(n) + double(scales.size()), [&] {
-    mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, y.data(), exec);
-  }, a.min_time);
+  run(
+      "dequantize row", double(n) + double(scales.size()),
+      [&] { mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, y.data(), exec); }, a.min_time);
   run("quantize row, scalar ref", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Scalar), 0);
 
   progress.clear();
   const double memcpy_gbps = res[0].bytes_in / res[0].seconds / 1e9;
   const Backend be = resolve_backend(Backend::Auto);
-  nlohmann::json j = {{"bench", "quantize"}, {"threads", pool.size()}, {"backend", backend_name(be)},
-                      {"elem", a.elem}, {"scale_rule", "rceil"}, {"shape", {rows, cols}},
-                      {"memcpy_gbps", memcpy_gbps}, {"results", nlohmann::json::array()}};
+  nlohmann::json j = {{"bench", "quantize"},         {"threads", pool.size()},
+                      {"backend", backend_name(be)}, {"elem", a.elem},
+                      {"scale_rule", "rceil"},       {"shape", {rows, cols}},
+                      {"memcpy_gbps", memcpy_gbps},  {"results", nlohmann::json::array()}};
   if (!a.json)
-    fmt::print("bench quantize: {} x {} FP32 ({:.0f} MiB), {} {}, backend {}, {} thread(s); median times\n"
-               "{:<28} {:>10} {:>10} {:>10}\n", rows, cols, fbytes / (1 << 20), a.elem, "rceil",
-               backend_name(be), pool.size(), "op", "GB/s in", "Gelem/s", "x memcpy");
+    fmt::print(
+        "bench quantize: {} x {} FP32 ({:.0f} MiB), {} {}, backend {}, {} thread(s); median times\n"
+        "{:<28} {:>10} {:>10} {:>10}\n",
+        rows, cols, fbytes / (1 << 20), a.elem, "rceil", backend_name(be), pool.size(), "op", "GB/s in", "Gelem/s",
+        "x memcpy");
   for (const Result& r : res) {
     const double gbps = r.bytes_in / r.seconds / 1e9;
-    j["results"].push_back({{"op", r.op}, {"seconds", r.seconds}, {"gbps_input", gbps},
-                            {"gelem_per_s", r.elems / r.seconds / 1e9}, {"ratio_to_memcpy", gbps / memcpy_gbps}});
+    j["results"].push_back({{"op", r.op},
+                            {"seconds", r.seconds},
+                            {"gbps_input", gbps},
+                            {"gelem_per_s", r.elems / r.seconds / 1e9},
+                            {"ratio_to_memcpy", gbps / memcpy_gbps}});
     if (!a.json)
-      fmt::print("{:<28} {:>10.2f} {:>10.3f} {:>10.2f}\n", r.op, gbps, r.elems / r.seconds / 1e9,
-                 gbps / memcpy_gbps);
+      fmt::print("{:<28} {:>10.2f} {:>10.3f} {:>10.2f}\n", r.op, gbps, r.elems / r.seconds / 1e9, gbps / memcpy_gbps);
   }
   if (a.json) fmt::print("{}\n", j.dump());
 }

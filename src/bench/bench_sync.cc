@@ -17,11 +17,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/bench_util.h"
 #include "bench/bench.h"
+#include "bench/bench_util.h"
+#include "dist/mpi_channel.h"
 #include "model/init.h"
 #include "model/model.h"
-#include "dist/mpi_channel.h"
 #include "sync/sync.h"
 #include "tokenizer/tokenizer.h"
 #include "util/clock.h"
@@ -118,9 +118,16 @@ void run_sync(const SyncOptions& a) {
       const double sync_s = median(ts), raw_s = median(tr), gb = static_cast<double>(bundle.size()) / 1e9;
       fmt::print("{:<11} {:<7} {:>12} {:>9.1f} {:>11.2f} {:>11.2f} {:>9.2f} {:>7.2f}\n", shape, sampler, bundle.size(),
                  build * 1e3, sync_s * 1e3, raw_s * 1e3, gb / sync_s, raw_s / sync_s);
-      rows.push_back({{"model", shape}, {"sampler", sampler}, {"bytes", bundle.size()}, {"build_ms", build * 1e3},
-                      {"sync_ms", sync_s * 1e3}, {"raw_ms", raw_s * 1e3}, {"sync_gbps", gb / sync_s},
-                      {"raw_gbps", gb / raw_s}, {"x_bandwidth", raw_s / sync_s}, {"reps", a.reps},
+      rows.push_back({{"model", shape},
+                      {"sampler", sampler},
+                      {"bytes", bundle.size()},
+                      {"build_ms", build * 1e3},
+                      {"sync_ms", sync_s * 1e3},
+                      {"raw_ms", raw_s * 1e3},
+                      {"sync_gbps", gb / sync_s},
+                      {"raw_gbps", gb / raw_s},
+                      {"x_bandwidth", raw_s / sync_s},
+                      {"reps", a.reps},
                       {"chunk_bytes", a.chunk_bytes}});
       ++version;
     }

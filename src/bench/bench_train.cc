@@ -20,19 +20,23 @@ void run_train(TrainOptions a) {
   a.cfg.budgets = a.sweep ? a.budgets : std::vector<int64_t>{a.micro_batch_tokens};
   const TrainBenchConfig& c = a.cfg;
   if (!a.json)
-    fmt::print("bench train: {}, {} tokens per step ({} x {}), {} thread(s), median of {}, weight quantizations made "
-               "once per {}, pair kernel {}\n"
-               "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
-               c.preset, c.tokens, c.tokens / c.seq_len, c.seq_len, pool.size(), c.reps,
-               c.requant_every_microbatch ? "micro-batch" : "step", pair_kernel_name(resolve_pair_kernel(a.pair_kernel)), "recipe", "budget", "mbs", "tokens/s",
-               "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "attn", "adamw", "rest", "mb ms", "us/token");
+    fmt::print(
+        "bench train: {}, {} tokens per step ({} x {}), {} thread(s), median of {}, weight quantizations made "
+        "once per {}, pair kernel {}\n"
+        "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
+        c.preset, c.tokens, c.tokens / c.seq_len, c.seq_len, pool.size(), c.reps,
+        c.requant_every_microbatch ? "micro-batch" : "step", pair_kernel_name(resolve_pair_kernel(a.pair_kernel)),
+        "recipe", "budget", "mbs", "tokens/s", "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "attn", "adamw",
+        "rest", "mb ms", "us/token");
   auto row = [&](const nlohmann::json& r) {
     if (a.json) return;
     auto d = [&](const char* k) { return r[k].get<double>(); };
-    fmt::print("{:<8} {:>7} {:>4} {:>9.0f} {:>8.2f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | {:>8.1f} {:>8.1f}\n",
-               r["recipe"].get<std::string>(), r["budget"].get<int64_t>(), r["micro_batches"].get<int64_t>(),
-               d("tokens_per_s"), d("ratio_to_first"), d("weight_quant_s"), d("act_quant_s"), d("gemm_s"),
-               d("attention_s"), d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
+    fmt::print(
+        "{:<8} {:>7} {:>4} {:>9.0f} {:>8.2f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | {:>8.1f} "
+        "{:>8.1f}\n",
+        r["recipe"].get<std::string>(), r["budget"].get<int64_t>(), r["micro_batches"].get<int64_t>(),
+        d("tokens_per_s"), d("ratio_to_first"), d("weight_quant_s"), d("act_quant_s"), d("gemm_s"), d("attention_s"),
+        d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
   };
   const nlohmann::json j = bench_train(c, row, exec);
   if (a.json) {

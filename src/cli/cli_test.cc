@@ -35,8 +35,8 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("mxrl_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-            "_" + std::to_string(::getpid()));
+           ("mxrl_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -80,9 +80,7 @@ class Cli : public ::testing::Test {
   fs::path dir_;
 };
 
-InType in_type(DType d) {
-  return d == DType::F32 ? InType::F32 : d == DType::BF16 ? InType::BF16 : InType::F16;
-}
+InType in_type(DType d) { return d == DType::F32 ? InType::F32 : d == DType::BF16 ? InType::BF16 : InType::F16; }
 
 TEST_F(Cli, HelpListsCommands) {
   const CmdResult r = run("--help");
@@ -101,7 +99,7 @@ TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
       const std::string q = path("q.safetensors"), d = path("d.safetensors");
       fs::remove(q);
       const CmdResult r = run(fmt::format("quantize {} {} --elem {} --scale-rule floor --axis {} --threads 2",
-                                    path("in.safetensors"), q, elem, axis));
+                                          path("in.safetensors"), q, elem, axis));
       if (col) {  // w.bf16 is 3-D: col blocks need 2-D tensors
         EXPECT_EQ(r.rc, 1);
         EXPECT_NE(r.err.find("w.bf16"), std::string::npos) << r.err;
@@ -141,8 +139,8 @@ TEST_F(Cli, QuantizeMatchesLibraryAndDequantizeRestoresNames) {
         const int64_t cols = t.shape.back(), rows = t.numel() / cols;
         std::vector<float> ref(rows * cols);
         mx_dequantize(reinterpret_cast<const uint8_t*>(qf.at(t.name).data.data()),
-                      reinterpret_cast<const uint8_t*>(qf.at(t.name + "_scale").data.data()), rows, cols, e,
-                      Axis::Row, ref.data());
+                      reinterpret_cast<const uint8_t*>(qf.at(t.name + "_scale").data.data()), rows, cols, e, Axis::Row,
+                      ref.data());
         EXPECT_EQ(0, std::memcmp(ref.data(), y.data.data(), ref.size() * 4));
       }
     }
@@ -156,7 +154,9 @@ TEST_F(Cli, ColAxisScalesAreR32ByC) {
   w.add("m", DType::F32, {64, 40}, std::move(b));
   w.write(path("in.safetensors"));
   ASSERT_EQ(run(fmt::format("quantize {} {} --elem e4m3 --scale-rule rceil --axis col", path("in.safetensors"),
-                            path("q.safetensors"))).rc, 0);
+                            path("q.safetensors")))
+                .rc,
+            0);
   const SafetensorsFile q = SafetensorsFile::open(path("q.safetensors"));
   EXPECT_EQ(q.at("m_scale").shape, (std::vector<int64_t>{2, 40}));
   ASSERT_EQ(run(fmt::format("dequantize {} {}", path("q.safetensors"), path("d.safetensors"))).rc, 0);
@@ -180,7 +180,11 @@ TEST_F(Cli, StochasticRoundingIsSeededAndThreadInvariant) {
 TEST_F(Cli, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
   write_input(path("in.safetensors"));
   const std::string in = path("in.safetensors"), out = path("out.safetensors");
-  struct Case { std::string args; int rc; std::string phrase; };
+  struct Case {
+    std::string args;
+    int rc;
+    std::string phrase;
+  };
   const Case cases[] = {
       {fmt::format("quantize {} {} --elem e4m4 --scale-rule floor", in, out), 2, "--elem"},
       {fmt::format("quantize {} {} --elem e4m3", in, out), 2, "--scale-rule"},
@@ -270,9 +274,9 @@ TEST_F(Cli, InitWritesALoadableCheckpointWithTokenizer) {
     EXPECT_NE(load_checkpoint(path("again")).params.storage(), ck.params.storage());
   }
   std::ofstream(path("m.toml")) << "model_type = \"qwen3_moe\"\nhidden_size = 64\nnum_hidden_layers = 2\n"
-                                    "num_attention_heads = 2\nnum_key_value_heads = 1\nhead_dim = 32\n"
-                                    "intermediate_size = 64\nnum_experts = 4\nnum_experts_per_tok = 2\n"
-                                    "moe_intermediate_size = 32\nmlp_only_layers = [1]\n";
+                                   "num_attention_heads = 2\nnum_key_value_heads = 1\nhead_dim = 32\n"
+                                   "intermediate_size = 64\nnum_experts = 4\nnum_experts_per_tok = 2\n"
+                                   "moe_intermediate_size = 32\nmlp_only_layers = [1]\n";
   ASSERT_EQ(run(fmt::format("init --config {} --out {}", path("m.toml"), path("toml"))).rc, 0);
   const Checkpoint t = load_checkpoint(path("toml"));
   EXPECT_TRUE(t.config.is_moe_layer(0));
@@ -299,13 +303,17 @@ TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
   }
   for (const char* plan : {"fp32", "mxfp8", "mxfp8-half"}) {
     ASSERT_EQ(run(fmt::format("score --model {} --plan {} --in {} --out {} --batch-tokens 17", path("m"), plan,
-                              path("all.jsonl"), path("all.out"))).rc, 0);
+                              path("all.jsonl"), path("all.out")))
+                  .rc,
+              0);
     std::istringstream all(slurp(path("all.out")));
     std::string got;
     for (size_t i = 0; i < lines.size(); ++i) {
       std::ofstream(path("one.jsonl")) << lines[i] << "\n";
       ASSERT_EQ(run(fmt::format("score --model {} --plan {} --in {} --out {} --threads 1", path("m"), plan,
-                                path("one.jsonl"), path("one.out"))).rc, 0);
+                                path("one.jsonl"), path("one.out")))
+                    .rc,
+                0);
       std::getline(all, got);
       EXPECT_EQ(got + "\n", slurp(path("one.out"))) << plan << " line " << i;
     }
@@ -318,8 +326,7 @@ TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
     std::getline(again, got);
     const auto printed = nlohmann::json::parse(got)["logprobs"];
     ASSERT_EQ(printed.size(), lp[0].size());
-    for (size_t t = 0; t < lp[0].size(); ++t)
-      EXPECT_EQ(std::strtof(printed[t].dump().c_str(), nullptr), lp[0][t]) << t;
+    for (size_t t = 0; t < lp[0].size(); ++t) EXPECT_EQ(std::strtof(printed[t].dump().c_str(), nullptr), lp[0][t]) << t;
   }
 }
 
@@ -327,8 +334,8 @@ TEST_F(Cli, ScoreIsPerSequenceBitwiseAndRoundTrips) {
 // by transformers 5.25 and 4.57, dense and MoE, matches transformers' own
 // log-probs (log_softmax of its FP32 logits) to 1e-4.
 TEST_F(Cli, ScoreMatchesTransformersOnCheckpointsItSaved) {
-  for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4",
-                           "qwen3-tiny-moe-hf4"}) {
+  for (const char* name :
+       {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4", "qwen3-tiny-moe-hf4"}) {
     const std::string dir = std::string(MXRL_SOURCE_DIR) + "/tests/data/" + name;
     const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
     const auto& tok = ref.at("tokens");
@@ -341,10 +348,12 @@ TEST_F(Cli, ScoreMatchesTransformersOnCheckpointsItSaved) {
     std::string in;
     for (int64_t r = 0; r < rows; ++r)
       in += nlohmann::json{{"tokens", std::vector<int32_t>(tokens.begin() + r * len, tokens.begin() + (r + 1) * len)},
-                           {"prompt_len", 1}}.dump() + "\n";
+                           {"prompt_len", 1}}
+                .dump() +
+            "\n";
     std::ofstream(path("fx.jsonl")) << in;
-    const CmdResult r = run(fmt::format("score --model {} --plan fp32 --in {} --out {}", dir, path("fx.jsonl"),
-                                        path("fx_out.jsonl")));
+    const CmdResult r =
+        run(fmt::format("score --model {} --plan fp32 --in {} --out {}", dir, path("fx.jsonl"), path("fx_out.jsonl")));
     ASSERT_EQ(r.rc, 0) << name << ": " << r.err;
     std::istringstream lines(test::slurp(path("fx_out.jsonl")));
     std::string line;
@@ -369,25 +378,28 @@ TEST_F(Cli, ScoreMatchesTransformersOnCheckpointsItSaved) {
 
 TEST_F(Cli, ScoreErrorsNameTheLine) {
   ASSERT_EQ(run(fmt::format("init --preset tiny-dense --out {}", path("m"))).rc, 0);
-  struct Case { std::string content, phrase; };
+  struct Case {
+    std::string content, phrase;
+  };
   const std::string ok = "{\"tokens\": [1, 2, 3], \"prompt_len\": 1}\n";
   const std::string in = path("in.jsonl");
   // Each bad line follows a good one and a blank line: the error names line 3 (lines count from 1).
-  for (const Case& c : {Case{"{\"tokens\": [1,]}", ":3: not valid JSON"},
-                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 3}", ":3: \"prompt_len\": 3 is out of range [1, 2]"},
-                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 0}", ":3: \"prompt_len\": 0 is out of range [1, 2]"},
-                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 1.5}", ":3: \"prompt_len\": expected an integer, got 1.5"},
-                        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": \"1\"}", ":3: \"prompt_len\": expected an integer"},
-                        Case{"{\"tokens\": [1, 999]}", ":3: \"tokens\"[1]: token id 999 is outside the vocabulary"},
-                        // The narrowings of issue 9: 2^32 + 5 was scored as 5, 2^40 as 0, 2.5 as 2.
-                        Case{"{\"tokens\": [1, 4294967301]}", ":3: \"tokens\"[1]: token id 4294967301 is outside"},
-                        Case{"{\"tokens\": [1099511627776, 1]}", ":3: \"tokens\"[0]: token id 1099511627776 is outside"},
-                        Case{"{\"tokens\": [1, 2.5]}", ":3: \"tokens\"[1]: 2.5 is not a token id"},
-                        Case{"{\"tokens\": [1, -1]}", ":3: \"tokens\"[1]: token id -1 is outside"},
-                        Case{"{\"tokens\": [1]}", ":3: a sequence needs at least 2 tokens"},
-                        Case{"{\"tokens\": " + nlohmann::json(std::vector<int>(5000, 1)).dump() + "}",
-                             ":3: 5000 tokens exceed the model's max_position_embeddings"},
-                        Case{"{\"ids\": [1, 2]}", ":3: expected {\"tokens\""}}) {
+  for (const Case& c :
+       {Case{"{\"tokens\": [1,]}", ":3: not valid JSON"},
+        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 3}", ":3: \"prompt_len\": 3 is out of range [1, 2]"},
+        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 0}", ":3: \"prompt_len\": 0 is out of range [1, 2]"},
+        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": 1.5}", ":3: \"prompt_len\": expected an integer, got 1.5"},
+        Case{"{\"tokens\": [1, 2, 3], \"prompt_len\": \"1\"}", ":3: \"prompt_len\": expected an integer"},
+        Case{"{\"tokens\": [1, 999]}", ":3: \"tokens\"[1]: token id 999 is outside the vocabulary"},
+        // The narrowings of issue 9: 2^32 + 5 was scored as 5, 2^40 as 0, 2.5 as 2.
+        Case{"{\"tokens\": [1, 4294967301]}", ":3: \"tokens\"[1]: token id 4294967301 is outside"},
+        Case{"{\"tokens\": [1099511627776, 1]}", ":3: \"tokens\"[0]: token id 1099511627776 is outside"},
+        Case{"{\"tokens\": [1, 2.5]}", ":3: \"tokens\"[1]: 2.5 is not a token id"},
+        Case{"{\"tokens\": [1, -1]}", ":3: \"tokens\"[1]: token id -1 is outside"},
+        Case{"{\"tokens\": [1]}", ":3: a sequence needs at least 2 tokens"},
+        Case{"{\"tokens\": " + nlohmann::json(std::vector<int>(5000, 1)).dump() + "}",
+             ":3: 5000 tokens exceed the model's max_position_embeddings"},
+        Case{"{\"ids\": [1, 2]}", ":3: expected {\"tokens\""}}) {
     std::ofstream(in) << ok << "\n" << c.content << "\n" << ok;
     const CmdResult r = run(fmt::format("score --model {} --in {} --out {}", path("m"), in, path("o.jsonl")));
     EXPECT_EQ(r.rc, 1) << c.content;
@@ -395,7 +407,8 @@ TEST_F(Cli, ScoreErrorsNameTheLine) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(fs::exists(path("o.jsonl")));
   }
-  const CmdResult r = run(fmt::format("score --model {} --plan int3 --in {} --out {}", path("m"), path("in.jsonl"), path("o.jsonl")));
+  const CmdResult r =
+      run(fmt::format("score --model {} --plan int3 --in {} --out {}", path("m"), path("in.jsonl"), path("o.jsonl")));
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("unknown precision plan 'int3'"), std::string::npos) << r.err;
 }

@@ -46,8 +46,9 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw(flag);
-    if (!opt) fail("{}: unknown key '{}' (the keys are the long options of `mxrl {}`, with _ for -)", path, key,
-                   cmd->get_name());
+    if (!opt)
+      fail("{}: unknown key '{}' (the keys are the long options of `mxrl {}`, with _ for -)", path, key,
+           cmd->get_name());
     const bool many = opt->get_items_expected_max() > 1;  // a list option (--inject, --presets): an array
     if (v.is_table() || (v.is_array() && !many)) fail("{}: expected a single value", where);
     std::vector<std::string> args;

@@ -15,8 +15,8 @@
 #include "cli/settings_cli.h"
 #include "cli/sft_cli.h"
 #include "model/init.h"
-#include "train/warm_start.h"
 #include "tasks/tasks.h"
+#include "train/warm_start.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -64,8 +64,8 @@ SettingsTable<RlConfig> demo_rl_fields() {
       if (f.key == key) {
         t.push_back(f);
         t.back().flag = flag;
-        t.back().help = f.key == "optim.lr" ? std::string("GRPO: peak learning rate (`mxrl rl`'s default)")
-                                            : "GRPO: " + f.help;
+        t.back().help =
+            f.key == "optim.lr" ? std::string("GRPO: peak learning rate (`mxrl rl`'s default)") : "GRPO: " + f.help;
       }
   return t;
 }
@@ -88,8 +88,9 @@ void run_demo(DemoArgs& a, CLI::App* c) {
   sft.samples = 0;
   SftRun warm = SftRun::start(init, a.cfg, Exec{&pool});
   const SftCliResult s = run_sft_cli(sft, warm);
-  fmt::print(stderr, "demo: 3/3 GRPO ({} steps x {} prompts x {} samples), {} learner, on-grid {} sampler fed by ship, "
-                     "seven checks on every sync\n",
+  fmt::print(stderr,
+             "demo: 3/3 GRPO ({} steps x {} prompts x {} samples), {} learner, on-grid {} sampler fed by ship, "
+             "seven checks on every sync\n",
              a.rl.cfg.steps, a.rl.cfg.prompts_per_step, a.rl.cfg.samples_per_prompt, a.cfg.learner.recipe.plan,
              a.cfg.learner.recipe.plan);
   RlCliArgs& r = a.rl;
@@ -110,15 +111,17 @@ void run_demo(DemoArgs& a, CLI::App* c) {
     fmt::print("  {}{}  {}{}\n", e.problem.prompt, e.completion, e.correct ? "ok" : "WRONG, expected ",
                e.correct ? "" : e.problem.answer);
   }
-  fmt::print("held-out greedy accuracy: {:.3f} after SFT ({} steps), {:.3f} after RL ({} steps, every sync passing "
-             "all seven checks); {:.0f} s SFT + {:.0f} s RL\n",
-             before.accuracy, a.cfg.steps, after.accuracy, res.steps, s.seconds, res.seconds);
+  fmt::print(
+      "held-out greedy accuracy: {:.3f} after SFT ({} steps), {:.3f} after RL ({} steps, every sync passing "
+      "all seven checks); {:.0f} s SFT + {:.0f} s RL\n",
+      before.accuracy, a.cfg.steps, after.accuracy, res.steps, s.seconds, res.seconds);
 }
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
-  auto* c = app.add_subcommand("demo", "The main job: init the tiny preset, SFT warm start, GRPO with checked weight syncs");
+  auto* c =
+      app.add_subcommand("demo", "The main job: init the tiny preset, SFT warm start, GRPO with checked weight syncs");
   c->add_option("--out", a->out, "Output directory (init/, sft/, rl/)")->capture_default_str();
   c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--init-seed", a->init_seed, "Initialisation seed")->capture_default_str();

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "interop/compressed_tensors.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
-#include "interop/compressed_tensors.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -28,9 +28,10 @@ void run_checkpoint_export(const CheckpointExportArgs& a) {
   export_compressed_tensors(model, ck.tokenizer_json, ck.tokenizer_config_json, a.out);
   int64_t mx = 0, bf16 = 0;
   for (const PreparedLinear* L : model.linears()) (L->prec.precision == Precision::MXFP8 ? mx : bf16)++;
-  fmt::print("wrote {}: compressed-tensors mxfp8-quantized (plan {}): {} MXFP8 linears (F8_E4M3 + U8 scales), {} BF16 "
-             "linears, embeddings and norms in BF16\n",
-             a.out, plan.name, mx, bf16 - (ck.config.tie_word_embeddings ? 1 : 0));
+  fmt::print(
+      "wrote {}: compressed-tensors mxfp8-quantized (plan {}): {} MXFP8 linears (F8_E4M3 + U8 scales), {} BF16 "
+      "linears, embeddings and norms in BF16\n",
+      a.out, plan.name, mx, bf16 - (ck.config.tie_word_embeddings ? 1 : 0));
 }
 }  // namespace
 
@@ -44,7 +45,8 @@ void add_export_command(CLI::App& app) {
   c->add_option("--format", a->format,
                 "compressed-tensors: vLLM's MXFP8 layout (F8_E4M3 weights + U8 E8M0 scales per 32, BF16 "
                 "embeddings/norms/router/lm_head, quantization_config format mxfp8-quantized)")
-      ->required()->check(CLI::IsMember({"compressed-tensors"}));
+      ->required()
+      ->check(CLI::IsMember({"compressed-tensors"}));
   c->add_option("--out", a->out, "Output directory (replaced atomically)")->required();
   add_threads_option(c, &a->threads);
   c->callback([a] { run_checkpoint_export(*a); });

@@ -26,17 +26,17 @@
 #include <utility>
 
 #include "cli/commands.h"
-#include "util/progress.h"
-#include "model/checkpoint.h"
 #include "interop/compressed_tensors.h"
+#include "model/checkpoint.h"
 #include "sampler/generate.h"
 #include "sampler/prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/clock.h"
 #include "util/error.h"
-#include "util/thread_pool.h"
+#include "util/progress.h"
 #include "util/run_dir.h"
+#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -106,10 +106,10 @@ void run_generate(const GenerateArgs& a) {
       [&](const GenerateProgress& p) {
         if (!progress.on()) return;
         const double secs = seconds_since(t0);
-        progress.show(fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s",
-                                  Progress::bar(p.samples, p.total, 30), p.samples, p.total, p.tokens,
-                                  secs > 0 ? p.tokens / secs : 0.0),
-                      std::exchange(first, false) || p.samples == p.total);
+        progress.show(
+            fmt::format("generate {} {}/{} samples, {} tokens, {:.0f} tokens/s", Progress::bar(p.samples, p.total, 30),
+                        p.samples, p.total, p.tokens, secs > 0 ? p.tokens / secs : 0.0),
+            std::exchange(first, false) || p.samples == p.total);
       });
   const double secs = seconds_since(t0);
   progress.clear();
@@ -157,7 +157,8 @@ void add_generate_command(CLI::App& app) {
                 "JSONL output, one line per sample: prompt_index, sample_index, tokens, text, logprobs, "
                 "finish_reason, version")
       ->required();
-  c->add_option("--n", a->n, "Samples per prompt")->check(number_check(">= 1", [](double v) { return v >= 1; }))
+  c->add_option("--n", a->n, "Samples per prompt")
+      ->check(number_check(">= 1", [](double v) { return v >= 1; }))
       ->capture_default_str();
   c->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens generated per sample")
       ->check(number_check(">= 1", [](double v) { return v >= 1; }))

@@ -100,8 +100,8 @@ TEST_F(GenerateCmd, OutputIsWellFormedCompleteAndOrdered) {
   std::set<int32_t> stop = {eos_of(model_)};
   std::string stop_flags;
   for (int32_t id = 10; id < 20; ++id) stop.insert(id), stop_flags += fmt::format(" --stop {}", id);
-  const std::string prompts = prompt_line("What is 12+7?") + "\n" + tokens_line({3, 1, 4, 1, 5}) + "  \n" +
-                              prompt_line("The quick brown fox");
+  const std::string prompts =
+      prompt_line("What is 12+7?") + "\n" + tokens_line({3, 1, 4, 1, 5}) + "  \n" + prompt_line("The quick brown fox");
   const int64_t n = 5, max_new = 8;
   const auto lines = generate(prompts, fmt::format("--plan mxfp8 --n {} --max-new-tokens {} --temperature 1 --seed 3 "
                                                    "--threads 2{}",
@@ -245,8 +245,8 @@ TEST_F(GenerateCmd, WithoutATokenizerTokensOnly) {
   ASSERT_EQ(lines.size(), 2u);
   for (const auto& line : lines) EXPECT_FALSE(json::parse(line).contains("text")) << line;
   write("q.jsonl", tokens_line({1, 2, 3}) + prompt_line("abc"));
-  r = run(fmt::format("generate --model {} --prompts {} --out {}", bare.string(), path("q.jsonl"),
-                      path("q_out.jsonl")));
+  r = run(
+      fmt::format("generate --model {} --prompts {} --out {}", bare.string(), path("q.jsonl"), path("q_out.jsonl")));
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find(path("q.jsonl") + ":2: a {\"prompt\": ...} line needs a tokenizer"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -311,8 +311,10 @@ TEST_F(GenerateCmd, ErrorsAreOneLineNonZeroAndLeaveNoOutput) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);
     const CmdResult r = run(c.args);
-    if (c.rc < 0) EXPECT_NE(r.rc, 0) << r.err;
-    else EXPECT_EQ(r.rc, c.rc) << r.err;
+    if (c.rc < 0)
+      EXPECT_NE(r.rc, 0) << r.err;
+    else
+      EXPECT_EQ(r.rc, c.rc) << r.err;
     EXPECT_NE(r.err.find(c.phrase), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(fs::exists(out));

@@ -1,15 +1,15 @@
 // mxrl init: a randomly initialised checkpoint (config.json, safetensors,
 // tokenizer.json) from a preset or a TOML config.
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "model/checkpoint.h"
 #include "interop/compressed_tensors.h"
+#include "model/checkpoint.h"
 #include "model/init.h"
-#include "train/warm_start.h"
 #include "tokenizer/tokenizer.h"
+#include "train/warm_start.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -20,7 +20,6 @@ struct InitArgs {
   uint64_t seed = 0;
   float std = 0.02f;
 };
-
 
 // A TOML model config: the fields of config.json, e.g.
 //   model_type = "qwen3"  hidden_size = 256  num_hidden_layers = 4 ...
@@ -34,10 +33,14 @@ ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
   }
   nlohmann::json j = nlohmann::json::object();
   for (auto& [k, v] : t) {
-    if (auto i = v.value<int64_t>(); i && v.is_integer()) j[std::string(k.str())] = *i;
-    else if (auto d = v.value<double>(); d && v.is_floating_point()) j[std::string(k.str())] = *d;
-    else if (auto b = v.value<bool>(); b && v.is_boolean()) j[std::string(k.str())] = *b;
-    else if (auto s = v.value<std::string>(); s && v.is_string()) j[std::string(k.str())] = *s;
+    if (auto i = v.value<int64_t>(); i && v.is_integer())
+      j[std::string(k.str())] = *i;
+    else if (auto d = v.value<double>(); d && v.is_floating_point())
+      j[std::string(k.str())] = *d;
+    else if (auto b = v.value<bool>(); b && v.is_boolean())
+      j[std::string(k.str())] = *b;
+    else if (auto s = v.value<std::string>(); s && v.is_string())
+      j[std::string(k.str())] = *s;
     else if (const toml::array* a = v.as_array()) {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& x : *a) {
@@ -61,8 +64,8 @@ ModelConfig config_from_toml(const std::string& path, int64_t vocab) {
 void run_init_from(const InitArgs& a) {
   const bool ct = is_compressed_tensors(a.from);
   const TokenizerFiles tok = load_tokenizer_files(a.from);
-  const ParamTable params = ct ? computed_values(load_model(a.from, PrecisionPlan::named("mxfp8")))
-                               : load_checkpoint(a.from).params;
+  const ParamTable params =
+      ct ? computed_values(load_model(a.from, PrecisionPlan::named("mxfp8"))) : load_checkpoint(a.from).params;
   const DType dtype = a.dtype == "bf16" ? DType::BF16 : DType::F32;
   save_checkpoint(a.out, params.config(), params, dtype, {}, tok.tokenizer_json, tok.tokenizer_config_json);
   fmt::print(stderr, "wrote {}: {} from {} ({}), {:.2f} M parameters\n", a.out, dtype_name(dtype), a.from,
@@ -77,8 +80,7 @@ void run_init(const InitArgs& a) {
   if (a.preset.empty() == a.config.empty()) fail("give exactly one of --preset, --config or --from");
   const int64_t vocab = builtin_char_tokenizer().vocab_size();
   const ModelConfig cfg = a.preset.empty() ? config_from_toml(a.config, vocab) : preset_config(a.preset, vocab);
-  const int64_t numel =
-      init_checkpoint(a.out, cfg, a.seed, a.std, a.dtype == "bf16" ? DType::BF16 : DType::F32);
+  const int64_t numel = init_checkpoint(a.out, cfg, a.seed, a.std, a.dtype == "bf16" ? DType::BF16 : DType::F32);
   fmt::print(stderr, "wrote {}: {} ({} layers, hidden {}, {}), {:.2f} M parameters, vocab {}, seed {}\n", a.out,
              cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size,
              cfg.is_moe() ? fmt::format("{} experts top-{}", cfg.num_experts, cfg.num_experts_per_tok) : "dense",

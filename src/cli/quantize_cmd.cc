@@ -8,8 +8,8 @@
 #include "interop/mx_file.h"
 #include "util/clock.h"
 #include "util/error.h"
-#include "util/thread_pool.h"
 #include "util/run_dir.h"
+#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -26,14 +26,16 @@ void add_quantize_commands(CLI::App& app) {
   auto* q = app.add_subcommand("quantize", "Quantize every tensor of a safetensors file to MX");
   q->add_option("IN", args->in, "Input .safetensors (F32, BF16 or F16 tensors)")->required()->check(CLI::ExistingFile);
   q->add_option("OUT", args->out, "Output .safetensors (codes X and scales X_scale)")->required();
-  q->add_option("--elem", args->elem, "Element type")->required()
+  q->add_option("--elem", args->elem, "Element type")
+      ->required()
       ->check(CLI::IsMember({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}));
-  q->add_option("--scale-rule", args->rule, "E8M0 scale rule")->required()
-      ->check(CLI::IsMember({"floor", "rceil"}));
+  q->add_option("--scale-rule", args->rule, "E8M0 scale rule")->required()->check(CLI::IsMember({"floor", "rceil"}));
   q->add_option("--axis", args->axis, "Block axis: row (1x32 along the last dim) or col (32x1 along the first)")
-      ->check(CLI::IsMember({"row", "col"}))->capture_default_str();
+      ->check(CLI::IsMember({"row", "col"}))
+      ->capture_default_str();
   auto* round = q->add_option("--round", args->round, "Rounding: rne or stochastic (seeded, counter-based)")
-      ->check(CLI::IsMember({"rne", "stochastic"}))->capture_default_str();
+                    ->check(CLI::IsMember({"rne", "stochastic"}))
+                    ->capture_default_str();
   q->add_option("--seed", args->seed, "Seed for stochastic rounding")->needs(round);
   add_threads_option(q, &args->threads);
   q->callback([args] {
@@ -48,9 +50,8 @@ void add_quantize_commands(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     make_parent_dirs(args->out);
     const MxFileStats s = quantize_file(args->in, args->out, cfg, {&pool});
-    fmt::print(stderr, "quantized {} tensors ({} values) to {} {} {}: {:.1f} MB -> {:.1f} MB in {:.2f} s\n",
-               s.tensors, s.elements, args->elem, args->rule, args->axis, s.bytes_in / 1e6,
-               s.bytes_out / 1e6, seconds_since(t0));
+    fmt::print(stderr, "quantized {} tensors ({} values) to {} {} {}: {:.1f} MB -> {:.1f} MB in {:.2f} s\n", s.tensors,
+               s.elements, args->elem, args->rule, args->axis, s.bytes_in / 1e6, s.bytes_out / 1e6, seconds_since(t0));
   });
 
   auto dargs = std::make_shared<QuantizeArgs>();
@@ -63,8 +64,7 @@ void add_quantize_commands(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     make_parent_dirs(dargs->out);
     const MxFileStats s = dequantize_file(dargs->in, dargs->out, {&pool});
-    fmt::print(stderr, "dequantized {} tensors ({} values) in {:.2f} s\n", s.tensors, s.elements,
-               seconds_since(t0));
+    fmt::print(stderr, "dequantized {} tensors ({} values) in {:.2f} s\n", s.tensors, s.elements, seconds_since(t0));
   });
 }
 

@@ -34,8 +34,7 @@ void run(ReportArgs a) {
       },
       Exec{&pool});
   fmt::print(stderr, "report: wrote {}/README.md{} in {:.0f} s\n", a.cfg.out,
-             a.cfg.render ? " and its plots" : " (not rendered)",
-             seconds_since(t0));
+             a.cfg.render ? " and its plots" : " (not rendered)", seconds_since(t0));
 }
 
 void add_options(CLI::App* c, ReportArgs& a) {
@@ -47,7 +46,8 @@ void add_options(CLI::App* c, ReportArgs& a) {
   c->add_option("--moe-model", a.cfg.moe_model, "MoE warm start (default: init tiny-moe + SFT under OUT/warm)");
   c->add_option("--task", a.cfg.task, "Task of the warm starts and the experiments")->capture_default_str();
   c->add_option("--sft-steps", a.cfg.sft_steps, "SFT steps of each warm start (0: 800, --quick 30)")
-      ->check(non_negative())->capture_default_str();
+      ->check(non_negative())
+      ->capture_default_str();
   c->add_flag("!--no-qwen-shape", a.cfg.qwen_shape, "Speed: skip the RL steps on the Qwen3-0.6B shape");
   c->add_option("--python", a.cfg.python, "Python with matplotlib that draws the report")->capture_default_str();
   c->add_option("--script", a.cfg.script, "The report script (default: the source tree's scripts/report.py)");
@@ -58,10 +58,13 @@ void add_options(CLI::App* c, ReportArgs& a) {
 
 void add_report_commands(CLI::App& app) {
   auto r = std::make_shared<ReportArgs>();
-  auto* c = app.add_subcommand("report", "Run the experiments (matching, KL during RL, speed, sync faults) and write "
-                                         "the report: JSON, README.md and plots");
+  auto* c = app.add_subcommand("report",
+                               "Run the experiments (matching, KL during RL, speed, sync faults) and write "
+                               "the report: JSON, README.md and plots");
   add_options(c, *r);
-  c->add_option("--parts", r->cfg.parts, "Parts to run")->delimiter(',')->check(CLI::IsMember(report_parts()))
+  c->add_option("--parts", r->cfg.parts, "Parts to run")
+      ->delimiter(',')
+      ->check(CLI::IsMember(report_parts()))
       ->capture_default_str();
   c->callback([r, c] {
     if (!r->config.empty()) apply_config_file(c, r->config);
@@ -70,8 +73,7 @@ void add_report_commands(CLI::App& app) {
 
   auto e = std::make_shared<ReportArgs>();
   auto* x = app.add_subcommand("experiment", "Run one experiment of the report and re-render it");
-  x->add_option("name", e->part, "matching, rl-kl, speed or faults")->required()
-      ->check(CLI::IsMember(report_parts()));
+  x->add_option("name", e->part, "matching, rl-kl, speed or faults")->required()->check(CLI::IsMember(report_parts()));
   add_options(x, *e);
   x->callback([e, x] {
     if (!e->config.empty()) apply_config_file(x, e->config);

@@ -95,7 +95,8 @@ TEST_F(ReportCmd, BadInputsAreOneLineErrors) {
   const std::string out = path("bad");
   fs::create_directories(out);
   std::ofstream(out + "/report.json") << "{not json";
-  auto r = run_mxrl(dir_, "experiment rl-kl --quick --out " + out + " --dense-model " + model() + " --moe-model " + model());
+  auto r =
+      run_mxrl(dir_, "experiment rl-kl --quick --out " + out + " --dense-model " + model() + " --moe-model " + model());
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find(out + "/report.json: not a report.json"), std::string::npos) << r.err;
   r = run_mxrl(dir_, "experiment nonsense --out " + out);

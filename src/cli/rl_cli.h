@@ -15,7 +15,7 @@ struct RlCliArgs {
   std::string out, metrics;
   int64_t log_every = 10;
   int threads = 0;
-  std::string kernels = "auto";  // --kernels
+  std::string kernels = "auto";    // --kernels
   int learners = 0, samplers = 0;  // distributed (mpirun): 0 and 0 = colocated
 };
 

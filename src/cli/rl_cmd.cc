@@ -5,13 +5,13 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
-#include "util/progress.h"
 #include "cli/rl_cli.h"
 #include "cli/settings_cli.h"
 #include "dist/distributed.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"
+#include "util/progress.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -44,23 +44,27 @@ RlCliResult run_rl_cli(const RlCliArgs& a, RlRun& run) {
     const double done = static_cast<double>(st.step - first) / static_cast<double>(cfg.steps - first);
     const double eta = done > 0 ? elapsed() * (1 - done) / done : 0;
     const auto& mm = st.mismatch;
-    const std::string line = fmt::format(
-        "{} step {}/{} reward {:.3f} len {:.1f} kl {:.2e} |dlogp|max {:.2e} {} {:.0f} tok/s eta {}",
-        Progress::bar(done, 1, 20), st.step, cfg.steps, st.reward_mean, st.response_len_mean,
-        num(mm, "kl_mean"), num(mm, "abs_dlogp_max"), checks_summary(st.sync),
-        st.seconds > 0 ? st.tokens / st.seconds : 0.0, format_duration(eta));
+    const std::string line =
+        fmt::format("{} step {}/{} reward {:.3f} len {:.1f} kl {:.2e} |dlogp|max {:.2e} {} {:.0f} tok/s eta {}",
+                    Progress::bar(done, 1, 20), st.step, cfg.steps, st.reward_mean, st.response_len_mean,
+                    num(mm, "kl_mean"), num(mm, "abs_dlogp_max"), checks_summary(st.sync),
+                    st.seconds > 0 ? st.tokens / st.seconds : 0.0, format_duration(eta));
     if (progress.on())
       progress.show(line);
     else if (st.step % a.log_every == 0 || st.step == cfg.steps)
       fmt::print(stderr, "{}\n", line);
     if (!st.sync.passed()) {
       progress.clear();
-      for (const std::string& f : st.sync.findings()) fmt::print(stderr, "warning: version {}: {}\n", st.sync.version, f);
+      for (const std::string& f : st.sync.findings())
+        fmt::print(stderr, "warning: version {}: {}\n", st.sync.version, f);
     }
   };
   ev.on_eval = [&](const EvalResult& e) {
-    metrics.write(nlohmann::json{{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct},
-                                 {"eval_total", e.total}, {"eval_seconds", e.seconds}});
+    metrics.write(nlohmann::json{{"step", e.step},
+                                 {"eval_accuracy", e.accuracy},
+                                 {"eval_correct", e.correct},
+                                 {"eval_total", e.total},
+                                 {"eval_seconds", e.seconds}});
     progress.clear();
     fmt::print(stderr, "eval at step {}: held-out greedy accuracy {:.3f} ({}/{}, {:.1f} s)\n", e.step, e.accuracy,
                e.correct, e.total, e.seconds);
@@ -69,12 +73,15 @@ RlCliResult run_rl_cli(const RlCliArgs& a, RlRun& run) {
     progress.clear();
     fmt::print(stderr, "saved {}\n", dir);
   };
-  fmt::print(stderr,
-             "rl: task {}, recipe {}, sampler {} fed by {}{}, {} steps x {} prompts x {} samples, checks {}, {}from step {}\n",
-             run.task().name(), run.learner().plan().name, run.sampler_plan().name, sync_mode_name(cfg.sync),
-             run.last_sync().checks.empty() ? "" : (run.last_sync().passed() ? " (first sync: all checks pass)" : " (first sync: CHECKS FAILED)"),
-             cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, check_mode_name(cfg.checks),
-             run.colocated() ? "" : fmt::format("{} learner + {} sampler processes, ", a.learners, a.samplers), first);
+  fmt::print(
+      stderr,
+      "rl: task {}, recipe {}, sampler {} fed by {}{}, {} steps x {} prompts x {} samples, checks {}, {}from step {}\n",
+      run.task().name(), run.learner().plan().name, run.sampler_plan().name, sync_mode_name(cfg.sync),
+      run.last_sync().checks.empty()
+          ? ""
+          : (run.last_sync().passed() ? " (first sync: all checks pass)" : " (first sync: CHECKS FAILED)"),
+      cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, check_mode_name(cfg.checks),
+      run.colocated() ? "" : fmt::format("{} learner + {} sampler processes, ", a.learners, a.samplers), first);
   metrics.write(nlohmann::json{{"step", first}, {"sync", run.last_sync().to_json()}});
   RlCliResult res;
   res.evals = run.run(a.out, ev);
@@ -103,23 +110,29 @@ void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   if (!a.resume.empty()) refuse_on_resume(c, rl_fields(), {"--model", "--data"});
-  const RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
-                         [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
+  const RunSpec spec{
+      a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite, [](const std::string& note) {
+        fmt::print(stderr, "{}\n", note);
+      }};
   run_rl_job(spec, a.cfg, a.learners, a.samplers, exec, [&](RlRun& run) { run_rl_cli(a, run); });
 }
 }  // namespace
 
 void add_rl_command(CLI::App& app) {
   auto a = std::make_shared<RlCmdArgs>();
-  auto* c = app.add_subcommand("rl", "GRPO on a verifiable task; every weight sync to the sampler checked live (seven checks)");
+  auto* c = app.add_subcommand(
+      "rl", "GRPO on a verifiable task; every weight sync to the sampler checked live (seven checks)");
   c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json), e.g. an SFT final/")
       ->check(CLI::ExistingDirectory);
-  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")->check(CLI::ExistingFile);
-  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")->check(CLI::ExistingDirectory);
+  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")
+      ->check(CLI::ExistingFile);
+  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")
+      ->check(CLI::ExistingDirectory);
   c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
       ->check(CLI::ExistingFile);
   c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
-  c->add_flag("--overwrite", a->overwrite, "Start a new run in an --out that holds another run's checkpoints (they are removed)");
+  c->add_flag("--overwrite", a->overwrite,
+              "Start a new run in an --out that holds another run's checkpoints (they are removed)");
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step, sync and evaluation");
   c->add_option("--learners", a->learners,
                 "Distributed (under mpirun): data-parallel learner processes; world ranks 0..L-1 (0 coordinates)")
@@ -127,7 +140,8 @@ void add_rl_command(CLI::App& app) {
   c->add_option("--samplers", a->samplers, "Distributed (under mpirun): sampler processes, world ranks L..L+S-1")
       ->check(non_negative());
   c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
-      ->check(at_least(1))->capture_default_str();
+      ->check(at_least(1))
+      ->capture_default_str();
   add_rl_options(c, *a);
   add_threads_option(c, &a->threads);
   add_kernels_option(c, &a->kernels);

@@ -21,12 +21,13 @@ using test::run_mxrl;
 
 class RlCmd : public test::SmallModelTest {};
 
-const std::string kSmall = " --task addition:digits=1 --prompts-per-step 3 --samples-per-prompt 2 --max-new-tokens 3"
-                           " --eval-problems 4 --probe-prompts 2 --threads 2";
+const std::string kSmall =
+    " --task addition:digits=1 --prompts-per-step 3 --samples-per-prompt 2 --max-new-tokens 3"
+    " --eval-problems 4 --probe-prompts 2 --threads 2";
 
 TEST_F(RlCmd, RunsWithEveryCheckPassingAndWritesMetricsPerStep) {
-  const auto r = run_mxrl(dir_, "rl --model " + model() + " --out " + path("out") + " --steps 2 --metrics " +
-                                    path("m.jsonl") + kSmall);
+  const auto r = run_mxrl(
+      dir_, "rl --model " + model() + " --out " + path("out") + " --steps 2 --metrics " + path("m.jsonl") + kSmall);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("held-out greedy accuracy"), std::string::npos) << r.err;
   const auto lines = read_jsonl(path("m.jsonl"));
@@ -45,9 +46,10 @@ TEST_F(RlCmd, RunsWithEveryCheckPassingAndWritesMetricsPerStep) {
 }
 
 TEST_F(RlCmd, ConfigFileSetsOptionsAndFlagsOverrideIt) {
-  std::ofstream(path("rl.toml")) << "steps = 3\nprompts_per_step = 2\nsamples_per_prompt = 2\nmax_new_tokens = 2\n"
-                                    "eval_problems = 0\nprobe_prompts = 1\nsync = \"requantize\"\nsampler_plan = \"bf16\"\n"
-                                    "lr = 0.001\nhybrid = false\n";
+  std::ofstream(path("rl.toml"))
+      << "steps = 3\nprompts_per_step = 2\nsamples_per_prompt = 2\nmax_new_tokens = 2\n"
+         "eval_problems = 0\nprobe_prompts = 1\nsync = \"requantize\"\nsampler_plan = \"bf16\"\n"
+         "lr = 0.001\nhybrid = false\n";
   const auto r = run_mxrl(dir_, "rl --model " + model() + " --out " + path("out") + " --config " + path("rl.toml") +
                                     " --steps 1 --task addition:digits=1 --metrics " + path("m.jsonl"));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -61,12 +63,10 @@ TEST_F(RlCmd, BadSettingsAreOneLineErrorsNamingTheKey) {
   const std::string base = "rl --model " + model() + " --out " + path("out") + " --config ";
   struct Case {
     std::string toml, expect;
-  } cases[] = {{"bogus = 1\n", "unknown key 'bogus'"},
-               {"steps = 2.5\n", "key 'steps': expected an integer"},
-               {"sync = 3\n", "key 'sync': expected a string"},
-               {"hybrid = \"yes\"\n", "key 'hybrid': expected true or false"},
-               {"sync = \"teleport\"\n", "key 'sync'"},
-               {"[learner]\nlr = 1\n", "key 'learner'"}};
+  } cases[] = {
+      {"bogus = 1\n", "unknown key 'bogus'"},          {"steps = 2.5\n", "key 'steps': expected an integer"},
+      {"sync = 3\n", "key 'sync': expected a string"}, {"hybrid = \"yes\"\n", "key 'hybrid': expected true or false"},
+      {"sync = \"teleport\"\n", "key 'sync'"},         {"[learner]\nlr = 1\n", "key 'learner'"}};
   for (const Case& c : cases) {
     std::ofstream(path("bad.toml")) << c.toml;
     const auto r = run_mxrl(dir_, base + path("bad.toml"));
@@ -78,7 +78,8 @@ TEST_F(RlCmd, BadSettingsAreOneLineErrorsNamingTheKey) {
 }
 
 TEST_F(RlCmd, ImpossibleCombinationsAndChangedSettingsOnResumeAreRefused) {
-  auto r = run_mxrl(dir_, "rl --model " + model() + " --out " + path("out") + " --recipe bf16 --sampler-plan mxfp8" + kSmall);
+  auto r = run_mxrl(dir_,
+                    "rl --model " + model() + " --out " + path("out") + " --recipe bf16 --sampler-plan mxfp8" + kSmall);
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("requantize"), std::string::npos) << r.err;
   r = run_mxrl(dir_, "rl --model " + model() + " --out " + path("out") + " --steps 2 --save-every 1" + kSmall);
@@ -140,7 +141,8 @@ TEST_F(RlCmd, AnInjectedFaultIsCaughtAndBadInjectionsAreOneLineErrors) {
   const std::string base = "rl --model " + model() + " --out " + path("out") + " --steps 2" + kSmall;
   auto r = run_mxrl(dir_, base + " --inject stale-plan@1");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("freshness: plan decode plan: built under version 0, live version 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("freshness: plan decode plan: built under version 0, live version 1"), std::string::npos)
+      << r.err;
   struct Case {
     std::string inject, expect;
   } cases[] = {{"bogus", "unknown fault 'bogus'"},
@@ -196,9 +198,10 @@ TEST_F(RlCmd, ARunsFolderIsItsOwn) {
 
   r = run_mxrl(dir_, run + " --steps 2" + kSmall);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_EQ(r.err, "mxrl: error: " + d + ": holds another run's checkpoints (final, step-000001, step-000002); "
-                   "resume one of them with --resume, choose another output folder, or pass --overwrite to "
-                   "replace them\n");
+  EXPECT_EQ(r.err, "mxrl: error: " + d +
+                       ": holds another run's checkpoints (final, step-000001, step-000002); "
+                       "resume one of them with --resume, choose another output folder, or pass --overwrite to "
+                       "replace them\n");
 
   {  // Another writer holds the folder.
     const int fd = ::open((d + "/run.lock").c_str(), O_RDWR);
@@ -210,9 +213,12 @@ TEST_F(RlCmd, ARunsFolderIsItsOwn) {
     r = run_mxrl(dir_, "rl --resume " + d + "/step-000001 --out " + d);
     ::close(fd);
     EXPECT_EQ(r.rc, 1);
-    EXPECT_EQ(r.err, "mxrl: error: " + d + ": another run is writing to this folder (pid 4242 on host elsewhere, "
-                     "since 2026-01-02 03:04:05 UTC: mxrl rl --out " + d + "); wait for it to end or choose another "
-                     "output folder\n");
+    EXPECT_EQ(r.err, "mxrl: error: " + d +
+                         ": another run is writing to this folder (pid 4242 on host elsewhere, "
+                         "since 2026-01-02 03:04:05 UTC: mxrl rl --out " +
+                         d +
+                         "); wait for it to end or choose another "
+                         "output folder\n");
   }
 
   // A killed save's leftovers; the resume removes them, says so, and ends where the run ended.
@@ -221,17 +227,19 @@ TEST_F(RlCmd, ARunsFolderIsItsOwn) {
   r = run_mxrl(dir_, "rl --resume " + d + "/step-000001 --out " + d);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find(d + ": removed 2 folders left by an interrupted save: final.partial-xY34zW, "
-                           "step-000002.partial-Ab12Cd\n"), std::string::npos) << r.err;
+                           "step-000002.partial-Ab12Cd\n"),
+            std::string::npos)
+      << r.err;
   EXPECT_FALSE(fs::exists(d + "/final.partial-xY34zW"));
   EXPECT_EQ(test::slurp(d + "/final/model.safetensors"), final_model);
   // The lock file names the last holder: this process's child, the command it ran.
-  EXPECT_NE(test::slurp(d + "/run.lock").find("rl --resume " + d + "/step-000001 --out " + d),
-            std::string::npos);
+  EXPECT_NE(test::slurp(d + "/run.lock").find("rl --resume " + d + "/step-000001 --out " + d), std::string::npos);
 
   r = run_mxrl(dir_, run + " --steps 1 --overwrite" + kSmall);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find(d + ": removed another run's checkpoints (--overwrite): final, step-000001, step-000002\n"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   EXPECT_FALSE(fs::exists(d + "/step-000002"));
 }
 

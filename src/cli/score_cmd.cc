@@ -8,16 +8,16 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "interop/compressed_tensors.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
-#include "interop/compressed_tensors.h"
 #include "model/score.h"
 #include "util/atomic_file.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/json_read.h"
-#include "util/thread_pool.h"
 #include "util/run_dir.h"
+#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -62,9 +62,10 @@ void run_score(const ScoreArgs& a) {
   // The config first (cheap), so that a bad input line fails before the weights load.
   const auto reqs = read_requests(a.in, load_model_config(a.model));
   if (a.engine == "learner" && is_compressed_tensors(a.model))
-    fail("{}: --engine learner needs a plain checkpoint (FP32/BF16 masters); a compressed-tensors model scores with "
-         "--engine sampler",
-         a.model);
+    fail(
+        "{}: --engine learner needs a plain checkpoint (FP32/BF16 masters); a compressed-tensors model scores with "
+        "--engine sampler",
+        a.model);
   ThreadPool pool(a.threads);
   std::vector<std::vector<float>> out;
   std::string plan_name = plan.name;
@@ -101,7 +102,8 @@ void run_score(const ScoreArgs& a) {
   }
   for (const auto& r : reqs) tokens += static_cast<int64_t>(r.tokens.size());
   write_file_atomic(a.out, text);
-  fmt::print(stderr, "scored {} sequences ({} tokens) under {} with the {} in {:.2f} s: {:.0f} tokens/s, {} thread(s)\n",
+  fmt::print(stderr,
+             "scored {} sequences ({} tokens) under {} with the {} in {:.2f} s: {:.0f} tokens/s, {} thread(s)\n",
              reqs.size(), tokens, plan_name, a.engine, secs, tokens / secs, pool.size());
 }
 }  // namespace
@@ -109,16 +111,25 @@ void run_score(const ScoreArgs& a) {
 void add_score_command(CLI::App& app) {
   auto a = std::make_shared<ScoreArgs>();
   auto* c = app.add_subcommand("score", "Per-token log-probs of sequences under a precision plan");
-  c->add_option("--model", a->model, "Checkpoint directory (config.json + safetensors), or a compressed-tensors MXFP8 export")->required()->check(CLI::ExistingDirectory);
-  c->add_option("--plan", a->plan, "Precision plan: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor, fp8-block128, fp8-tensor, or a .toml file")
+  c->add_option("--model", a->model,
+                "Checkpoint directory (config.json + safetensors), or a compressed-tensors MXFP8 export")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  c->add_option("--plan", a->plan,
+                "Precision plan: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor, fp8-block128, fp8-tensor, or a .toml file")
       ->capture_default_str();
-  c->add_option("--in", a->in, "JSONL input: {\"tokens\": [ids...], \"prompt_len\": k} per line")->required()->check(CLI::ExistingFile);
-  c->add_option("--out", a->out, "JSONL output: {\"logprobs\": [...]} per line, for tokens prompt_len..len-1")->required();
+  c->add_option("--in", a->in, "JSONL input: {\"tokens\": [ids...], \"prompt_len\": k} per line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c->add_option("--out", a->out, "JSONL output: {\"logprobs\": [...]} per line, for tokens prompt_len..len-1")
+      ->required();
   c->add_option("--batch-tokens", a->batch_tokens, "Tokens per forward call (results do not depend on it)")
-      ->check(at_least(1))->capture_default_str();
+      ->check(at_least(1))
+      ->capture_default_str();
   c->add_option("--engine", a->engine,
                 "sampler (the rollout forward) or learner (the training forward); bitwise equal log-probs")
-      ->check(CLI::IsMember({"sampler", "learner"}))->capture_default_str();
+      ->check(CLI::IsMember({"sampler", "learner"}))
+      ->capture_default_str();
   add_threads_option(c, &a->threads);
   c->callback([a] { run_score(*a); });
 }

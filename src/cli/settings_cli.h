@@ -39,7 +39,9 @@ void add_options(CLI::App* c, C& cfg, const SettingsTable<C>& t) {
       case Kind::Float: o = c->add_option(flag, f.template at<float>(cfg), f.help)->capture_default_str(); break;
       case Kind::Bool: o = c->add_flag(flag, f.template at<bool>(cfg), f.help); break;
       case Kind::String: o = c->add_option(flag, f.template at<std::string>(cfg), f.help)->capture_default_str(); break;
-      case Kind::Strings: o = c->add_option(flag, f.template at<std::vector<std::string>>(cfg), f.help)->take_all(); break;
+      case Kind::Strings:
+        o = c->add_option(flag, f.template at<std::vector<std::string>>(cfg), f.help)->take_all();
+        break;
       case Kind::Enum:
         o = c->add_option_function<std::string>(
                  flag, [&cfg, f](const std::string& s) { f.set_name(cfg, s); }, f.help)

@@ -73,7 +73,8 @@ Parsed parse(std::vector<std::string> args, bool resume = false) {
 }
 
 std::string write_toml(const std::string& text) {
-  const std::string path = (fs::temp_directory_path() / ("settings_cli_test_" + std::to_string(::getpid()) + ".toml")).string();
+  const std::string path =
+      (fs::temp_directory_path() / ("settings_cli_test_" + std::to_string(::getpid()) + ".toml")).string();
   std::ofstream(path) << text;
   return path;
 }
@@ -86,7 +87,7 @@ TEST(SettingsCli, OptionsBindTheFieldsWithTheirDefaults) {
   EXPECT_TRUE(p.cfg.hybrid);
   EXPECT_EQ(p.cfg.mode, Mode::Slow);
   EXPECT_EQ(p.cfg.inject, (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(p.cfg.ratio, 0.5);  // not given: the struct's default
+  EXPECT_EQ(p.cfg.ratio, 0.5);                    // not given: the struct's default
   EXPECT_NE(parse({"--hidden", "1"}).error, "");  // no option
   CLI::App app("test");
   Cfg c;
@@ -161,8 +162,10 @@ TEST(SettingsCli, ResumeRefusesEveryFieldGivenWhetherByFlagOrByConfig) {
   for (const SettingsField<Cfg>& f : cfg_fields()) {
     if (f.flag.empty()) continue;
     std::vector<std::string> args = {"--" + f.flag};
-    if (f.kind == SettingKind::Enum) args.push_back("slow");
-    else if (f.kind != SettingKind::Bool) args.push_back("1");
+    if (f.kind == SettingKind::Enum)
+      args.push_back("slow");
+    else if (f.kind != SettingKind::Bool)
+      args.push_back("1");
     const Parsed p = parse(args, /*resume=*/true);
     EXPECT_EQ(p.error, "--resume continues a run with its original settings; --" + f.flag + " cannot be changed");
   }

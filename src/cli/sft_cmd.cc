@@ -8,12 +8,12 @@
 #include "cli/commands.h"
 #include "cli/config_file.h"
 #include "cli/settings_cli.h"
-#include "util/progress.h"
 #include "cli/sft_cli.h"
 #include "train/run_setup.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/metrics.h"
+#include "util/progress.h"
 #include "util/thread_pool.h"
 
 namespace mxrl {
@@ -33,18 +33,18 @@ SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run) {
     ema_loss = ema_loss < 0 ? r.loss : 0.9 * ema_loss + 0.1 * r.loss;
     const double tps = r.tokens / r.seconds;
     metrics.write(nlohmann::json{{"step", step},
-          {"loss", r.loss},
-          {"tokens_per_s", tps},
-          {"lr", r.optim.lr},
-          {"grad_norm", r.optim.grad_norm},
-          {"tokens", r.tokens},
-          {"targets", r.targets},
-          {"micro_batches", r.micro_batches},
-          {"seconds", r.seconds},
-          {"weight_quant_s", r.times[Phase::WeightQuant]},
-          {"act_quant_s", r.times[Phase::ActQuant]},
-          {"gemm_s", r.times[Phase::Gemm]},
-          {"aux_loss", r.aux_loss}});
+                                 {"loss", r.loss},
+                                 {"tokens_per_s", tps},
+                                 {"lr", r.optim.lr},
+                                 {"grad_norm", r.optim.grad_norm},
+                                 {"tokens", r.tokens},
+                                 {"targets", r.targets},
+                                 {"micro_batches", r.micro_batches},
+                                 {"seconds", r.seconds},
+                                 {"weight_quant_s", r.times[Phase::WeightQuant]},
+                                 {"act_quant_s", r.times[Phase::ActQuant]},
+                                 {"gemm_s", r.times[Phase::Gemm]},
+                                 {"aux_loss", r.aux_loss}});
     const double done = static_cast<double>(step - first) / static_cast<double>(cfg.steps - first);
     const double eta = done > 0 ? elapsed() * (1 - done) / done : 0;
     const std::string line =
@@ -56,8 +56,11 @@ SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run) {
       fmt::print(stderr, "{}\n", line);
   };
   ev.on_eval = [&](const EvalResult& e) {
-    metrics.write(nlohmann::json{{"step", e.step}, {"eval_accuracy", e.accuracy}, {"eval_correct", e.correct}, {"eval_total", e.total},
-          {"eval_seconds", e.seconds}});
+    metrics.write(nlohmann::json{{"step", e.step},
+                                 {"eval_accuracy", e.accuracy},
+                                 {"eval_correct", e.correct},
+                                 {"eval_total", e.total},
+                                 {"eval_seconds", e.seconds}});
     progress.clear();
     fmt::print(stderr, "eval at step {}: accuracy {:.3f} ({}/{} held-out problems, greedy, {:.1f} s)\n", e.step,
                e.accuracy, e.correct, e.total, e.seconds);
@@ -66,7 +69,8 @@ SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run) {
     progress.clear();
     fmt::print(stderr, "saved {}\n", dir);
   };
-  fmt::print(stderr, "sft: task {}, recipe {}{}, {} steps x {} sequences, micro-batches of <= {} tokens, from step {}\n",
+  fmt::print(stderr,
+             "sft: task {}, recipe {}{}, {} steps x {} sequences, micro-batches of <= {} tokens, from step {}\n",
              run.task().name(), run.learner().plan().name, cfg.learner.recipe.hybrid ? " (hybrid E5M2 gradients)" : "",
              cfg.steps, cfg.batch_size, cfg.learner.micro_batch_tokens, first);
   SftCliResult res;
@@ -102,8 +106,10 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   if (!a.resume.empty()) refuse_on_resume(c, sft_fields(), {"--model", "--data"});
-  const RunSpec spec{a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite,
-                         [](const std::string& note) { fmt::print(stderr, "{}\n", note); }};
+  const RunSpec spec{
+      a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite, [](const std::string& note) {
+        fmt::print(stderr, "{}\n", note);
+      }};
   SftSession s = open_sft(spec, a.cfg, exec);
   run_sft_cli(a, s.run);
 }
@@ -112,17 +118,22 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
 void add_sft_command(CLI::App& app) {
   auto a = std::make_shared<SftCmdArgs>();
   auto* c = app.add_subcommand("sft", "Supervised fine-tuning on a verifiable task, evaluated through the sampler");
-  c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json)")->check(CLI::ExistingDirectory);
-  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")->check(CLI::ExistingFile);
-  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")->check(CLI::ExistingDirectory);
+  c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json)")
+      ->check(CLI::ExistingDirectory);
+  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")
+      ->check(CLI::ExistingFile);
+  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")
+      ->check(CLI::ExistingDirectory);
   c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
       ->check(CLI::ExistingFile);
   c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
-  c->add_flag("--overwrite", a->overwrite, "Start a new run in an --out that holds another run's checkpoints (they are removed)");
+  c->add_flag("--overwrite", a->overwrite,
+              "Start a new run in an --out that holds another run's checkpoints (they are removed)");
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step and per evaluation");
   c->add_option("--samples", a->samples, "Held-out samples to print at the end")->capture_default_str();
   c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
-      ->check(at_least(1))->capture_default_str();
+      ->check(at_least(1))
+      ->capture_default_str();
   add_sft_options(c, *a);
   add_threads_option(c, &a->threads);
   add_kernels_option(c, &a->kernels);

@@ -19,8 +19,9 @@ using test::slurp;
 class SftCmd : public test::SmallModelTest {};
 
 TEST_F(SftCmd, TrainsWritesMetricsAndCheckpointsAndResumesBitwise) {
-  const std::string common = " --task addition:digits=2 --batch-size 8 --micro-batch-tokens 48 --lr 2e-3 --warmup 1"
-                             " --schedule cosine --eval-every 2 --eval-problems 6 --threads 2";
+  const std::string common =
+      " --task addition:digits=2 --batch-size 8 --micro-batch-tokens 48 --lr 2e-3 --warmup 1"
+      " --schedule cosine --eval-every 2 --eval-problems 6 --threads 2";
   auto r = run_mxrl(dir_, "sft --model " + model() + common + " --steps 4 --save-every 2 --recipe mxfp8 --out " +
                               path("run1") + " --metrics " + path("m.jsonl"));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -61,13 +62,15 @@ TEST_F(SftCmd, TrainsWritesMetricsAndCheckpointsAndResumesBitwise) {
   EXPECT_NE(r.err.find("--steps cannot be changed"), std::string::npos) << r.err;
   // The final state is also a model checkpoint the other commands load.
   std::ofstream(path("seq.jsonl")) << "{\"tokens\": [1, 2, 3, 4], \"prompt_len\": 1}\n";
-  r = run_mxrl(dir_, "score --model " + path("run1/final") + " --in " + path("seq.jsonl") + " --out " + path("lp.jsonl"));
+  r = run_mxrl(dir_,
+               "score --model " + path("run1/final") + " --in " + path("seq.jsonl") + " --out " + path("lp.jsonl"));
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
 TEST_F(SftCmd, TrainsOnAJsonlDatasetAndRejectsABadOneNamingTheLine) {
-  std::ofstream(path("data.jsonl")) << "{\"prompt\": \"ab=\", \"answer\": \"ba\"}\n{\"prompt\": \"abc=\", \"answer\": \"cba\"}\n"
-                                       "{\"prompt\": \"xy=\", \"answer\": \"yx\"}\n{\"prompt\": \"xyz=\", \"answer\": \"zyx\"}\n";
+  std::ofstream(path("data.jsonl"))
+      << "{\"prompt\": \"ab=\", \"answer\": \"ba\"}\n{\"prompt\": \"abc=\", \"answer\": \"cba\"}\n"
+         "{\"prompt\": \"xy=\", \"answer\": \"yx\"}\n{\"prompt\": \"xyz=\", \"answer\": \"zyx\"}\n";
   auto r = run_mxrl(dir_, "sft --model " + model() + " --data " + path("data.jsonl") +
                               " --steps 2 --batch-size 4 --eval-problems 2 --recipe bf16 --out " + path("out"));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -99,8 +102,8 @@ TEST_F(SftCmd, LearnerAndSamplerScoresAreTheSameBytes) {
 
 TEST_F(SftCmd, ConfigFileSetsTheSettingsAndFlagsOverrideIt) {
   std::ofstream(path("sft.toml")) << "task = \"addition:digits=1\"\nsteps = 3\nbatch_size = 3\neval_problems = 2\n"
-                                     "lr = 0.002\nsamples = 0\nout = \"" << path("out") << "\"\nmetrics = \""
-                                  << path("m.jsonl") << "\"\n";
+                                     "lr = 0.002\nsamples = 0\nout = \""
+                                  << path("out") << "\"\nmetrics = \"" << path("m.jsonl") << "\"\n";
   auto r = run_mxrl(dir_, "sft --model " + model() + " --config " + path("sft.toml") + " --steps 1 --threads 2");
   ASSERT_EQ(r.rc, 0) << r.err;
   int steps = 0;
@@ -151,7 +154,8 @@ TEST_F(SftCmd, DemoRunsEndToEnd) {
 }
 
 TEST_F(SftCmd, BenchTrainSweepFitsBothRecipes) {
-  auto r = run_mxrl(dir_, "bench train --preset tiny-dense --tokens 256 --seq-len 64 --sweep --budgets 64 128 256 --reps 1 --json");
+  auto r = run_mxrl(
+      dir_, "bench train --preset tiny-dense --tokens 256 --seq-len 64 --sweep --budgets 64 128 256 --reps 1 --json");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["results"].size(), 6u);
@@ -187,8 +191,9 @@ TEST_F(SftCmd, AResumeVerifiesItsStateAndALongDatasetLineIsRefused) {
                                     << std::string(1 << 20, 'x') << "\", \"answer\": \"y\"}\n";
   r = run_mxrl(dir_, "sft --model " + model() + " --data " + path("data.jsonl") + " --steps 1 --out " + path("d"));
   EXPECT_EQ(r.rc, 1);
-  EXPECT_EQ(r.err, "mxrl: error: " + path("data.jsonl") + ":2: line longer than 20480 bytes, more than the model's "
-                   "positions allow\n");
+  EXPECT_EQ(r.err, "mxrl: error: " + path("data.jsonl") +
+                       ":2: line longer than 20480 bytes, more than the model's "
+                       "positions allow\n");
 }
 
 // Every output a command names gets its parent folders.

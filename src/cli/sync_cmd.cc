@@ -9,14 +9,14 @@
 
 #include "cli/commands.h"
 #include "faults/hooks.h"
+#include "interop/engine_dump.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "sync/bundle.h"
-#include "interop/engine_dump.h"
 #include "sync/sync.h"
 #include "util/error.h"
-#include "util/thread_pool.h"
 #include "util/run_dir.h"
+#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -118,25 +118,28 @@ void run_inspect(const InspectArgs& a) {
   fmt::print("{}: {} v{}, {} bundle, recipe {}, plan {}, {} tensors, {} payload bytes (verified)\n", a.bundle,
              kBundleFormat, b.version, sync_mode_name(b.mode), b.recipe, b.plan, b.manifest.size(), bytes);
   for (const TensorDigest& d : b.manifest)
-    fmt::print("{} {} {} [{}] {} {} {:016x}\n", d.name, d.part, d.dtype, fmt::join(d.shape, ", "), d.precision,
-               d.bytes, d.xxh3);
+    fmt::print("{} {} {} [{}] {} {} {:016x}\n", d.name, d.part, d.dtype, fmt::join(d.shape, ", "), d.precision, d.bytes,
+               d.xxh3);
 }
 }  // namespace
 
 void add_sync_command(CLI::App& app) {
-  auto* s = app.add_subcommand("sync", "Weight-sync bundles: export from a checkpoint, inspect and verify; dump a synced sampler's weights");
+  auto* s = app.add_subcommand(
+      "sync", "Weight-sync bundles: export from a checkpoint, inspect and verify; dump a synced sampler's weights");
   s->require_subcommand(1);
 
   auto e = std::make_shared<ExportArgs>();
   auto* ex = s->add_subcommand("export", "Write the bundle a learner under a recipe would send for weight version N");
   ex->add_option("--model", e->model, "Checkpoint directory (the learner's weights)")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()
+      ->check(CLI::ExistingDirectory);
   ex->add_option("--recipe", e->recipe, "The learner's plan: bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)")
       ->capture_default_str();
   ex->add_flag("--floor", e->floor, "MXFP8: floor scale rule instead of rceil");
   ex->add_flag("--hybrid", e->hybrid, "MXFP8: E5M2 gradients (does not change the forward weights)");
   ex->add_option("--sync", e->sync, "ship (the learner's own weights) or requantize (BF16 copies)")
-      ->required()->check(CLI::IsMember({"ship", "requantize"}));
+      ->required()
+      ->check(CLI::IsMember({"ship", "requantize"}));
   ex->add_option("--sampler-plan", e->sampler_plan, "ship: the sampler's plan (default: the recipe's)");
   ex->add_option("--version", e->version, "Weight version")->capture_default_str();
   ex->add_option("--out", e->out, "Output bundle (.safetensors)")->required();
@@ -148,7 +151,8 @@ void add_sync_command(CLI::App& app) {
                                "Run one sync of a checkpoint into a sampler (optionally with a fault) and write the "
                                "sampler's weights as an engine's dump, for mxrl verify-sync");
   du->add_option("--model", d->model, "Checkpoint directory (the learner's weights, version 1)")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()
+      ->check(CLI::ExistingDirectory);
   du->add_option("--previous-model", d->previous_model,
                  "Checkpoint the sampler serves before the sync (version 0; default: --model). Faults that leave "
                  "tensors stale (drop-tensor, drop-experts, stale-tied-head, stale-scales) show only when it differs")
@@ -157,12 +161,17 @@ void add_sync_command(CLI::App& app) {
       ->capture_default_str();
   du->add_flag("--floor", d->floor, "MXFP8: floor scale rule instead of rceil");
   du->add_flag("--hybrid", d->hybrid, "MXFP8: E5M2 gradients (does not change the forward weights)");
-  du->add_option("--sync", d->sync, "ship or requantize")->check(CLI::IsMember({"ship", "requantize"}))->capture_default_str();
-  du->add_option("--naming", d->naming, "Dump layout: vllm or mxrl")->check(CLI::IsMember({"mxrl", "vllm"}))->capture_default_str();
+  du->add_option("--sync", d->sync, "ship or requantize")
+      ->check(CLI::IsMember({"ship", "requantize"}))
+      ->capture_default_str();
+  du->add_option("--naming", d->naming, "Dump layout: vllm or mxrl")
+      ->check(CLI::IsMember({"mxrl", "vllm"}))
+      ->capture_default_str();
   du->add_option("--fault", d->fault, "Inject one condition 1-4 sync fault (see mxrl faults)")
       ->check(CLI::IsMember(dump_fault_names()));
   du->add_option("--out", d->out, "Output dump (.safetensors)")->required();
-  du->add_option("--previous-out", d->previous_out, "Also dump the sampler before the sync (verify-sync --previous-dump)");
+  du->add_option("--previous-out", d->previous_out,
+                 "Also dump the sampler before the sync (verify-sync --previous-dump)");
   add_threads_option(du, &d->threads);
   du->callback([d] { run_dump(*d); });
 

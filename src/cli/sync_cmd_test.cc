@@ -30,7 +30,8 @@ TEST_F(SyncCmd, ExportShipAndInspect) {
 
   r = run_mxrl(dir_, "sync inspect " + path("b.safetensors"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("mxrl.sync.bundle/1 v7, ship bundle, recipe mxfp8, plan mxfp8-half"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mxrl.sync.bundle/1 v7, ship bundle, recipe mxfp8, plan mxfp8-half"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("model.layers.0.self_attn.q_proj.weight scales F8_E8M0 [64, 2] mxfp8(e4m3,rceil) 128 "),
             std::string::npos)
       << r.out;
@@ -83,8 +84,7 @@ TEST_F(SyncCmd, ACorruptedBundleExitsOneWithOneLine) {
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   const std::string head = "'lm_head.weight (tied to model.embed_tokens.weight)' ['bf16']";
-  EXPECT_NE(r.err.find("mxrl: error: " + path("c.safetensors") + ": " + head), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("mxrl: error: " + path("c.safetensors") + ": " + head), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("xxh3"), std::string::npos) << r.err;
   r = run_mxrl(dir_, "sync inspect " + path("model/model.safetensors"));  // a checkpoint is no bundle
   EXPECT_EQ(r.rc, 1);

@@ -37,9 +37,7 @@ class TokenizeCmd : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `mxrl ARGS` with `input` on stdin.
-  CmdResult run(const std::string& args, const std::string& input = "") {
-    return test::run_mxrl(dir_, args, input);
-  }
+  CmdResult run(const std::string& args, const std::string& input = "") { return test::run_mxrl(dir_, args, input); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   fs::path dir_;

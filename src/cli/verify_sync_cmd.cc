@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "interop/engine_dump.h"
 #include "learner/learner.h"
 #include "model/checkpoint.h"
-#include "interop/engine_dump.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -34,10 +34,15 @@ void run_verify(const VerifyArgs& a) {
   const std::vector<CheckResult> r = verify_dump_since(ck.params, plan, a.dump, naming, previous, {&pool});
   std::vector<std::string> failed;
   for (const CheckResult& c : r)
-    if (!c.passed) failed.push_back(fmt::format("{} ({} finding{})", c.name, c.findings.size(), c.findings.size() == 1 ? "" : "s"));
+    if (!c.passed)
+      failed.push_back(fmt::format("{} ({} finding{})", c.name, c.findings.size(), c.findings.size() == 1 ? "" : "s"));
   if (a.json) {
-    nlohmann::json j = {{"dump", a.dump},         {"naming", a.naming},      {"learner", a.learner},
-                        {"plan", plan.name},      {"tensors", live.size()},  {"passed", failed.empty()},
+    nlohmann::json j = {{"dump", a.dump},
+                        {"naming", a.naming},
+                        {"learner", a.learner},
+                        {"plan", plan.name},
+                        {"tensors", live.size()},
+                        {"passed", failed.empty()},
                         {"checks", nlohmann::json::array()}};
     for (const CheckResult& c : r)
       j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"findings", c.findings}});
@@ -62,18 +67,22 @@ void add_verify_sync_command(CLI::App& app) {
       "conditions 1-4 of a weight sync (coverage, placement, grid, exceptions). Prints PASS/FAIL per condition with "
       "its findings; exits 0 when all pass, 1 when any fails or an input is malformed (one line on stderr).");
   c->add_option("--learner", a->learner, "The learner's checkpoint directory (its FP32/BF16 masters)")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()
+      ->check(CLI::ExistingDirectory);
   c->add_option("--recipe", a->recipe,
                 "The learner's plan, which the sampler must run: mxfp8, bf16 (or fp32, mxfp8-half, a plan .toml)")
       ->capture_default_str();
   c->add_flag("--floor", a->floor, "MXFP8: floor scale rule instead of rceil");
   c->add_flag("--hybrid", a->hybrid, "MXFP8: E5M2 gradients (does not change the forward weights)");
-  c->add_option("--sampler-dump", a->dump, "The engine's weight dump (.safetensors)")->required()->check(CLI::ExistingFile);
+  c->add_option("--sampler-dump", a->dump, "The engine's weight dump (.safetensors)")
+      ->required()
+      ->check(CLI::ExistingFile);
   c->add_option("--naming", a->naming,
                 "Tensor layout of the dump: vllm (vLLM's Qwen3 parameters: fused qkv_proj / gate_up_proj, stacked "
                 "experts w13_weight / w2_weight, U8 or F8_E8M0 scales; a tied head read from embed_tokens) or mxrl "
                 "(the ship bundle's keys)")
-      ->check(CLI::IsMember({"mxrl", "vllm"}))->capture_default_str();
+      ->check(CLI::IsMember({"mxrl", "vllm"}))
+      ->capture_default_str();
   c->add_option("--previous-dump", a->previous,
                 "The engine's dump before this sync: a tensor still holding those bytes is reported as not written "
                 "(coverage) rather than as wrong bytes")

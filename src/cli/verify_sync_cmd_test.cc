@@ -27,14 +27,16 @@ TEST_F(VerifySyncCmd, ASwapGateUpInAVllmDumpFailsPlacement) {
   auto r = run_mxrl(dir_, "sync dump --model " + model() + " --recipe mxfp8 --naming vllm --fault swap-gate-up --out " +
                               path("d.safetensors"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "vllm dump of the sampler after ship sync v1 (recipe mxfp8), fault swap-gate-up; the in-process "
-                         "checks failed placement"))
+  EXPECT_TRUE(has(r.out,
+                  "vllm dump of the sampler after ship sync v1 (recipe mxfp8), fault swap-gate-up; the in-process "
+                  "checks failed placement"))
       << r.out;
   r = run_mxrl(dir_, "verify-sync --learner " + model() + " --recipe mxfp8 --sampler-dump " + path("d.safetensors") +
                          " --naming vllm");
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(has(r.out, "  coverage    PASS\n  placement   FAIL\n")) << r.out;
-  EXPECT_TRUE(has(r.out, "model.layers.0.mlp.gate_proj.weight [codes]: holds the bytes of model.layers.0.mlp.up_proj.weight"))
+  EXPECT_TRUE(
+      has(r.out, "model.layers.0.mlp.gate_proj.weight [codes]: holds the bytes of model.layers.0.mlp.up_proj.weight"))
       << r.out;
   EXPECT_TRUE(has(r.out, "  grid        PASS\n  exceptions  PASS\n")) << r.out;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
@@ -50,19 +52,19 @@ TEST_F(VerifySyncCmd, ASwapGateUpInAVllmDumpFailsPlacement) {
 
 TEST_F(VerifySyncCmd, CleanDumpsPassInBothNamings) {
   for (const char* naming : {"vllm", "mxrl"}) {
-    auto r = run_mxrl(dir_, std::string("sync dump --model ") + model() + " --naming " + naming + " --out " +
-                                path("c.safetensors"));
+    auto r = run_mxrl(
+        dir_, std::string("sync dump --model ") + model() + " --naming " + naming + " --out " + path("c.safetensors"));
     ASSERT_EQ(r.rc, 0) << r.err;
-    r = run_mxrl(dir_, "verify-sync --learner " + model() + " --sampler-dump " + path("c.safetensors") +
-                           " --naming " + naming);
+    r = run_mxrl(
+        dir_, "verify-sync --learner " + model() + " --sampler-dump " + path("c.safetensors") + " --naming " + naming);
     EXPECT_EQ(r.rc, 0) << r.out << r.err;
     EXPECT_EQ(count_lines(r.out), 5) << r.out;
     for (const char* c : {"coverage", "placement", "grid", "exceptions"}) EXPECT_TRUE(has(r.out, c)) << r.out;
     EXPECT_FALSE(has(r.out, "FAIL")) << r.out;
   }
   // An mxrl dump of this tied model read as vLLM's: its lm_head.weight is a tensor vLLM's layout lacks (extra).
-  auto r = run_mxrl(dir_, "verify-sync --learner " + model() + " --sampler-dump " + path("c.safetensors") +
-                              " --naming vllm");
+  auto r = run_mxrl(dir_,
+                    "verify-sync --learner " + model() + " --sampler-dump " + path("c.safetensors") + " --naming vllm");
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(has(r.out, "  coverage    FAIL")) << r.out;
 }
@@ -71,13 +73,15 @@ TEST_F(VerifySyncCmd, AStaleTensorIsCoverageGivenThePreviousDump) {
   auto r = run_mxrl(dir_, "init --config " + path("small.toml") + " --seed 5 --out " + path("v1"));
   ASSERT_EQ(r.rc, 0) << r.err;
   r = run_mxrl(dir_, "sync dump --model " + path("v1") + " --previous-model " + model() +
-                         " --fault drop-tensor --previous-out " + path("p.safetensors") + " --out " + path("d.safetensors"));
+                         " --fault drop-tensor --previous-out " + path("p.safetensors") + " --out " +
+                         path("d.safetensors"));
   ASSERT_EQ(r.rc, 0) << r.err;
   r = run_mxrl(dir_, "verify-sync --learner " + path("v1") + " --sampler-dump " + path("d.safetensors") +
                          " --previous-dump " + path("p.safetensors"));
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(has(r.out, "  coverage    FAIL\n    model.layers.0.self_attn.q_proj.weight [codes]: still holds the "
-                         "previous version's bytes"))
+  EXPECT_TRUE(has(r.out,
+                  "  coverage    FAIL\n    model.layers.0.self_attn.q_proj.weight [codes]: still holds the "
+                  "previous version's bytes"))
       << r.out;
   EXPECT_TRUE(has(r.err, "fails coverage (2 findings)")) << r.err;
   // Without it the same tensor is bytes that differ (grid).
@@ -98,7 +102,8 @@ TEST_F(VerifySyncCmd, RefusalsAndMalformedDumps) {
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_TRUE(has(r.err, "mxrl: error: " + path("junk.safetensors") + ": ")) << r.err;
-  r = run_mxrl(dir_, "verify-sync --learner " + model() + " --sampler-dump " + path("junk.safetensors") + " --naming sglang");
+  r = run_mxrl(dir_,
+               "verify-sync --learner " + model() + " --sampler-dump " + path("junk.safetensors") + " --naming sglang");
   EXPECT_EQ(r.rc, 2);
   r = run_mxrl(dir_, "verify-sync --help");
   EXPECT_EQ(r.rc, 0);
@@ -107,7 +112,8 @@ TEST_F(VerifySyncCmd, RefusalsAndMalformedDumps) {
 }
 
 TEST_F(VerifySyncCmd, ACompressedTensorsExportScoresAsTheCheckpointUnderMxfp8) {
-  auto r = run_mxrl(dir_, "export --model " + model() + " --recipe mxfp8 --format compressed-tensors --out " + path("ct"));
+  auto r =
+      run_mxrl(dir_, "export --model " + model() + " --recipe mxfp8 --format compressed-tensors --out " + path("ct"));
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(has(r.out, "14 MXFP8 linears")) << r.out;
   const nlohmann::json cfg = nlohmann::json::parse(slurp(path("ct/config.json")));
@@ -137,13 +143,15 @@ TEST_F(VerifySyncCmd, ACompressedTensorsExportScoresAsTheCheckpointUnderMxfp8) {
   r = run_mxrl(dir_, "init --from " + path("ct") + " --preset tiny-dense --out " + path("x"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(has(r.err, "give exactly one of --preset, --config or --from")) << r.err;
-  r = run_mxrl(dir_, "score --model " + path("ct") + " --plan bf16 --in " + path("in.jsonl") + " --out " + path("x.jsonl"));
+  r = run_mxrl(dir_,
+               "score --model " + path("ct") + " --plan bf16 --in " + path("in.jsonl") + " --out " + path("x.jsonl"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_TRUE(has(r.err, "is held as mxfp8(e4m3), but plan bf16 computes it as bf16")) << r.err;
   r = run_mxrl(dir_, "export --model " + model() + " --format gguf --out " + path("g"));
   EXPECT_EQ(r.rc, 2) << r.err;
-  r = run_mxrl(dir_, "export --model " + model() + " --recipe mxfp8-half --format compressed-tensors --out " + path("h"));
+  r = run_mxrl(dir_,
+               "export --model " + model() + " --recipe mxfp8-half --format compressed-tensors --out " + path("h"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(has(r.err, "model.layers.1.self_attn.q_proj.weight is bf16 under plan mxfp8-half")) << r.err;
   EXPECT_FALSE(fs::exists(path("h")));

@@ -28,7 +28,9 @@ enum Cmd : uint8_t { kInit = 1, kGenerate = 2, kSync = 3, kTrain = 4, kStop = 9 
 // Point-to-point tags (to rank 0).
 enum Tag : int { kSamples = 1, kReport = 2, kRoots = 3, kDigest = 4 };
 
-std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span<const char>(s.data(), s.size())); }
+std::span<const std::byte> as_bytes(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
 std::string as_string(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
 uint64_t weights_digest(const ParamTable& p) {
@@ -147,10 +149,10 @@ struct Cluster::State {
   FaultPlan faults;
   std::shared_ptr<ChunkSender> sender;
   bool samplers_ready = false;
-  int64_t pending_step = -1;  // a rollout in flight (sent, not yet gathered)
-  int64_t gathered_step = -1; // a rollout gathered early (before a sync), not yet handed out
+  int64_t pending_step = -1;   // a rollout in flight (sent, not yet gathered)
+  int64_t gathered_step = -1;  // a rollout gathered early (before a sync), not yet handed out
   std::vector<GeneratedSample> gathered;
-  bool busy = false;          // in the middle of an exchange
+  bool busy = false;  // in the middle of an exchange
   Learner* learner = nullptr;
 
   std::vector<GeneratedSample> gather_samples(int64_t step) {
@@ -206,8 +208,8 @@ struct Cluster::State {
     samplers_ready = true;
   }
 
-  SyncReport sync(Learner& learner, const SyncSettings& s, const Probe& probe, uint64_t v,
-                        json& ranks, const Exec& exec) {
+  SyncReport sync(Learner& learner, const SyncSettings& s, const Probe& probe, uint64_t v, json& ranks,
+                  const Exec& exec) {
     busy = true;
     gather_pending();
     if (!samplers_ready) init_samplers(s, probe);
@@ -305,7 +307,8 @@ struct Cluster::State {
 };
 
 Cluster::Cluster(int learners, int samplers) : learners_(learners), st_(std::make_unique<State>()) {
-  if (learners < 1 || samplers < 1) fail("--learners and --samplers must be at least 1 (got {} and {})", learners, samplers);
+  if (learners < 1 || samplers < 1)
+    fail("--learners and --samplers must be at least 1 (got {} and {})", learners, samplers);
   int size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -496,11 +499,13 @@ void serve_sampler(MpiComm& comm, int world_rank, int first_sampler_world_rank, 
       const Bundle bundle = parse_bundle(bytes, fmt::format("bundle v{}", v));
       model_cfg = ModelConfig::from_json(bundle.config, fmt::format("bundle v{}: config", v));
       auto model = bundle.mode == SyncMode::Ship
-                       ? std::make_shared<const Model>(Model::from_shipment(model_cfg, plan, bundle_to_shipment(bundle, model_cfg), exec))
+                       ? std::make_shared<const Model>(
+                             Model::from_shipment(model_cfg, plan, bundle_to_shipment(bundle, model_cfg), exec))
                        : std::make_shared<const Model>(bundle_to_params(bundle, model_cfg), plan, exec);
       EngineOptions opt;
       opt.record_logits = true;
-      engine = std::make_unique<Engine>(std::move(model), std::numeric_limits<uint64_t>::max(), opt, exec, hooks.engine);
+      engine =
+          std::make_unique<Engine>(std::move(model), std::numeric_limits<uint64_t>::max(), opt, exec, hooks.engine);
       last_rollout_version = v;
     }
     auto receive = [&]() -> std::vector<std::byte> {
@@ -563,7 +568,8 @@ void run_rl_job(const RunSpec& spec, const RlConfig& cfg, int learners, int samp
     run.emplace(open_rl(spec, cfg, exec, std::move(remote)));
     body(run->run);
   } catch (const Error&) {
-    cluster.stop(run.has_value());  // every other rank ends cleanly (or the job is aborted mid-exchange); then the error
+    cluster.stop(
+        run.has_value());  // every other rank ends cleanly (or the job is aborted mid-exchange); then the error
     throw;
   }
   cluster.stop();

@@ -33,9 +33,9 @@
 #include <functional>
 #include <memory>
 
+#include "dist/mpi_channel.h"
 #include "train/grpo.h"
 #include "train/run_setup.h"
-#include "dist/mpi_channel.h"
 #include "util/exec.h"
 
 namespace mxrl {

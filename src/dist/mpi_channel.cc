@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <climits>
+#include <cstring>
 
 #include "util/error.h"
 
@@ -68,8 +68,8 @@ std::vector<std::byte> MpiComm::recv(int src, int tag) const {
   std::vector<std::byte> b(n);
   for (size_t at = 0; at < n; at += kPiece)
     mpi_check(MPI_Recv(b.data() + at, static_cast<int>(std::min(kPiece, n - at)), MPI_BYTE, src, tag, comm_,
-                   MPI_STATUS_IGNORE),
-          "recv");
+                       MPI_STATUS_IGNORE),
+              "recv");
   return b;
 }
 
@@ -87,7 +87,7 @@ void MpiComm::bcast_floats(std::vector<float>& v, int root) const {
   const size_t per = kPiece / sizeof(float);
   for (size_t at = 0; at < v.size(); at += per)
     mpi_check(MPI_Bcast(v.data() + at, static_cast<int>(std::min(per, v.size() - at)), MPI_FLOAT, root, comm_),
-          "bcast (floats)");
+              "bcast (floats)");
 }
 
 void MpiComm::barrier() const { mpi_check(MPI_Barrier(comm_), "barrier"); }
@@ -99,8 +99,9 @@ void bcast_chunks(const MpiComm& c, int root, const std::vector<ChunkFrame>& fra
     std::memcpy(frame.data(), &n, 8);
     std::memcpy(frame.data() + 8, f.header.data(), kChunkHeaderBytes);
     mpi_check(MPI_Bcast(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, root, c.get()), "bcast (chunk frame)");
-    if (n) mpi_check(MPI_Bcast(const_cast<std::byte*>(f.payload.data()), static_cast<int>(n), MPI_BYTE, root, c.get()),
-                 "bcast (chunk payload)");
+    if (n)
+      mpi_check(MPI_Bcast(const_cast<std::byte*>(f.payload.data()), static_cast<int>(n), MPI_BYTE, root, c.get()),
+                "bcast (chunk payload)");
   }
 }
 

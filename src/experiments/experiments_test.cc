@@ -60,8 +60,8 @@ TEST(Experiments, PairedBootstrapRatio) {
 }
 
 TEST(Experiments, LineFitRecoversALine) {
-  const Line l = fit_line({512, 1024, 2048, 4096}, {0.01 + 512 * 2e-5, 0.01 + 1024 * 2e-5, 0.01 + 2048 * 2e-5,
-                                                   0.01 + 4096 * 2e-5});
+  const Line l = fit_line({512, 1024, 2048, 4096},
+                          {0.01 + 512 * 2e-5, 0.01 + 1024 * 2e-5, 0.01 + 2048 * 2e-5, 0.01 + 4096 * 2e-5});
   EXPECT_NEAR(l.a, 0.01, 1e-12);
   EXPECT_NEAR(l.b, 2e-5, 1e-15);
   EXPECT_NEAR(l.r2, 1.0, 1e-12);

@@ -8,8 +8,8 @@
 
 #include "faults/hooks.h"
 #include "model/checkpoint.h"
-#include "train/grpo.h"
 #include "sync/checks.h"
+#include "train/grpo.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -68,8 +68,9 @@ std::string md_escape(std::string s) {
 }  // namespace
 
 json FaultRow::to_json() const {
-  json j = {{"preset", preset}, {"fault", fault}, {"condition", condition},
-            {"condition_name", condition_name(condition)}, {"seam", seam}, {"applicable", applicable}};
+  json j = {{"preset", preset},       {"fault", fault},
+            {"condition", condition}, {"condition_name", condition_name(condition)},
+            {"seam", seam},           {"applicable", applicable}};
   if (!applicable) {
     j["skipped"] = skipped;
     return j;
@@ -94,10 +95,18 @@ json FaultMatrix::to_json() const {
   json rs = json::array();
   for (const FaultRow& r : rows) rs.push_back(r.to_json());
   return {{"config",
-           {{"dense_model", cfg.dense_model}, {"moe_model", cfg.moe_model}, {"dense_recipe", cfg.dense_recipe},
-            {"moe_recipe", cfg.moe_recipe}, {"task", cfg.task}, {"steps", cfg.steps}, {"inject_step", cfg.inject_step},
-            {"prompts_per_step", cfg.prompts_per_step}, {"samples_per_prompt", cfg.samples_per_prompt}, {"lr", cfg.lr},
-            {"seed", cfg.seed}, {"visible_drop", cfg.visible_drop}}},
+           {{"dense_model", cfg.dense_model},
+            {"moe_model", cfg.moe_model},
+            {"dense_recipe", cfg.dense_recipe},
+            {"moe_recipe", cfg.moe_recipe},
+            {"task", cfg.task},
+            {"steps", cfg.steps},
+            {"inject_step", cfg.inject_step},
+            {"prompts_per_step", cfg.prompts_per_step},
+            {"samples_per_prompt", cfg.samples_per_prompt},
+            {"lr", cfg.lr},
+            {"seed", cfg.seed},
+            {"visible_drop", cfg.visible_drop}}},
           {"rows", rs}};
 }
 
@@ -110,8 +119,10 @@ std::string FaultMatrix::to_markdown() const {
       "reward drop over {} against the clean run of the same seed. KL: mean exact KL(rollout || learner) per token "
       "over the rollouts generated after the injection, fault / clean.\n\n",
       cfg.steps, cfg.prompts_per_step, cfg.samples_per_prompt, cfg.lr, cfg.task, cfg.inject_step, cfg.visible_drop);
-  out += "| preset | fault | condition | seam | fired (offset) | missed | first opp. | silent w/o checks | KL fault / clean "
-         "| max abs dlogp | reward fault / clean |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  out +=
+      "| preset | fault | condition | seam | fired (offset) | missed | first opp. | silent w/o checks | KL fault / "
+      "clean "
+      "| max abs dlogp | reward fault / clean |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   int64_t run = 0, silent = 0, first = 0, caught = 0;
   std::vector<std::string> uncaught;
   for (const FaultRow& r : rows) {
@@ -132,14 +143,14 @@ std::string FaultMatrix::to_markdown() const {
   }
   out += fmt::format(
       "\n{} fault runs: {} silent without checks, {} caught at the first opportunity, {} caught at all{}.\n", run,
-      silent, first, caught,
-      uncaught.empty() ? "" : fmt::format(" (not caught: {})", fmt::join(uncaught, ", ")));
+      silent, first, caught, uncaught.empty() ? "" : fmt::format(" (not caught: {})", fmt::join(uncaught, ", ")));
   std::vector<std::string> skipped;
   for (const FaultRow& r : rows)
     if (!r.applicable) skipped.push_back(fmt::format("{} {} ({})", r.preset, r.fault, r.skipped));
   if (!skipped.empty()) out += fmt::format("\nNot applicable: {}.\n", fmt::join(skipped, "; "));
-  out += "\nThe paper behind this project met 7 weight-sync failures on real hardware; 5 were silent, and each was "
-         "caught at the first opportunity by a check that the others missed.\n";
+  out +=
+      "\nThe paper behind this project met 7 weight-sync failures on real hardware; 5 were silent, and each was "
+      "caught at the first opportunity by a check that the others missed.\n";
   out += "\nFirst finding of each check that fired:\n\n";
   for (const FaultRow& r : rows)
     for (const auto& [c, f] : r.findings) out += fmt::format("- {} {} / {}: {}\n", r.preset, r.fault, c, md_escape(f));
@@ -204,7 +215,8 @@ FaultMatrix run_fault_matrix(const FaultMatrixConfig& mc, const std::function<vo
       }
       if (!clean.count(key)) {
         if (progress)
-          progress(fmt::format("{}: clean run ({}{})", p.name, sync_mode_name(mode), f.needs_fp8_kv ? ", FP8 KV sampler" : ""));
+          progress(fmt::format("{}: clean run ({}{})", p.name, sync_mode_name(mode),
+                               f.needs_fp8_kv ? ", FP8 KV sampler" : ""));
         clean[key] = run_one(p.model, base(mode, f.needs_fp8_kv), mc.inject_step, exec);
         const RunTrace& c = clean[key];
         if (c.crashed) fail("faults: the clean {} run failed: {}", p.name, c.error);

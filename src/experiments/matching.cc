@@ -12,12 +12,12 @@
 #include "learner/learner.h"
 #include "model/checkpoint.h"
 #include "model/score.h"
-#include "train/sft.h"
 #include "sampler/engine.h"
 #include "sampler/sampling.h"
 #include "sync/bundle.h"
 #include "sync/mismatch.h"
 #include "tasks/tasks.h"
+#include "train/sft.h"
 #include "util/clock.h"
 #include "util/error.h"
 
@@ -26,10 +26,10 @@ namespace mxrl {
 std::vector<MatchSetup> default_match_setups() {
   std::vector<MatchSetup> out;
   const std::vector<std::pair<std::string, SyncMode>> mx = {{"bf16", SyncMode::Ship},
-                                                          {"mxfp8-half", SyncMode::Ship},
-                                                          {"mxfp8", SyncMode::Ship},
-                                                          {"mxfp8-floor", SyncMode::Requantize},
-                                                          {"fp8-block128", SyncMode::Requantize}};
+                                                            {"mxfp8-half", SyncMode::Ship},
+                                                            {"mxfp8", SyncMode::Ship},
+                                                            {"mxfp8-floor", SyncMode::Requantize},
+                                                            {"fp8-block128", SyncMode::Requantize}};
   for (const char* kv : {"", "+fp8kv"})
     for (const auto& [plan, mode] : mx)
       out.push_back({plan + kv + (mode == SyncMode::Requantize ? " (requantize)" : ""), "mxfp8", plan + kv, mode});
@@ -227,8 +227,7 @@ nlohmann::json run_matching(const MatchingConfig& cfg, const std::function<void(
                              {"bitwise_equal", tokens > 0 && unequal == 0}});
         if (progress)
           progress(fmt::format("{} {} kernels, {}: KL {:.3g} [{:.3g}, {:.3g}], max |dlogp| {:.3g} ({:.1f} s)", preset,
-                               kernels, s.label, kl.mean, kl.lo, kl.hi, dmax,
-                               seconds_since(t)));
+                               kernels, s.label, kl.mean, kl.lo, kl.hi, dmax, seconds_since(t)));
         all[{preset, kernels, s.label}] = std::move(p);
       }
   }

@@ -26,9 +26,9 @@ namespace mxrl {
 
 // One sampler configuration.
 struct MatchSetup {
-  std::string label;               // e.g. "mxfp8-floor (requantize)"
-  std::string learner = "mxfp8";   // learner recipe (plan)
-  std::string sampler = "mxfp8";   // sampler plan
+  std::string label;              // e.g. "mxfp8-floor (requantize)"
+  std::string learner = "mxfp8";  // learner recipe (plan)
+  std::string sampler = "mxfp8";  // sampler plan
   SyncMode sync = SyncMode::Ship;
 };
 
@@ -41,11 +41,11 @@ struct MatchingConfig {
   std::string dense_model, moe_model;  // SFT-trained checkpoints ("" skips a preset)
   std::string task = "addition:digits=3";
   int64_t probe_prompts = 256, samples_per_prompt = 4;
-  int64_t max_new_tokens = 0;          // 0: longest answer + 8
+  int64_t max_new_tokens = 0;  // 0: longest answer + 8
   float temperature = 1.0f;
   int64_t bootstrap = 1000;
-  uint64_t seed = 1;                   // held-out prompts (Eval split) and sampling
-  int foreign_split_k = 4;             // the foreign kernels: K summed in this many partial chains
+  uint64_t seed = 1;        // held-out prompts (Eval split) and sampling
+  int foreign_split_k = 4;  // the foreign kernels: K summed in this many partial chains
   std::vector<MatchSetup> setups = default_match_setups();
 };
 
@@ -53,7 +53,7 @@ struct MatchingConfig {
 struct PromptSums {
   int64_t tokens = 0;
   double kl = 0, k3 = 0, abs_dlogp = 0, abs_dlogp_max = 0;
-  int64_t unequal = 0;                 // tokens whose log-probs differ at all
+  int64_t unequal = 0;  // tokens whose log-probs differ at all
 };
 
 // The per-prompt sums of one configuration on one model; `exec` runs the
@@ -62,7 +62,9 @@ std::vector<PromptSums> measure_matching(const std::string& model_dir, const Mat
                                          int split_k, const Exec& exec = {});
 
 // Bootstrap percentiles (2.5, 97.5) of sum(num) / sum(tokens) over prompts.
-struct Interval { double mean = 0, lo = 0, hi = 0; };
+struct Interval {
+  double mean = 0, lo = 0, hi = 0;
+};
 Interval bootstrap_mean(const std::vector<PromptSums>& p, double PromptSums::*field, int64_t reps, uint64_t seed);
 // Of (sum a.kl / sum a.tokens) / (sum b.kl / sum b.tokens), a and b over the same prompts;
 // NaN bounds where the denominator is 0.

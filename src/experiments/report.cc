@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -18,8 +18,8 @@
 #include "experiments/rl_kl.h"
 #include "experiments/train_sweep.h"
 #include "model/init.h"
-#include "train/warm_start.h"
 #include "tokenizer/tokenizer.h"
+#include "train/warm_start.h"
 #include "util/atomic_file.h"
 #include "util/clock.h"
 #include "util/cpu.h"
@@ -113,13 +113,18 @@ nlohmann::json rl_split(const std::string& preset, const std::string& model, con
 nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Progress& progress, const Exec& exec) {
   nlohmann::json j;
   TrainBenchConfig b;
-  if (cfg.quick) b.tokens = 1024, b.seq_len = 64, b.budgets = {256, 512, 1024}, b.reps = 1;
-  else b.budgets = {512, 1024, 2048, 4096, 8192, 16384};
-  j["sweep"] = bench_train(b, [&](const nlohmann::json& r) {
-    progress(fmt::format("sweep {} budget {}: {:.0f} tokens/s ({:.2f}x {})", r["recipe"].get<std::string>(),
-                         r["budget"].get<int64_t>(), r["tokens_per_s"].get<double>(), r["ratio_to_first"].get<double>(),
-                         b.recipes[0]));
-  }, exec);
+  if (cfg.quick)
+    b.tokens = 1024, b.seq_len = 64, b.budgets = {256, 512, 1024}, b.reps = 1;
+  else
+    b.budgets = {512, 1024, 2048, 4096, 8192, 16384};
+  j["sweep"] = bench_train(
+      b,
+      [&](const nlohmann::json& r) {
+        progress(fmt::format("sweep {} budget {}: {:.0f} tokens/s ({:.2f}x {})", r["recipe"].get<std::string>(),
+                             r["budget"].get<int64_t>(), r["tokens_per_s"].get<double>(),
+                             r["ratio_to_first"].get<double>(), b.recipes[0]));
+      },
+      exec);
   // One traced training step per recipe: Chrome trace-event JSON beside the report.
   j["traces"] = nlohmann::json::array();
   for (const char* recipe : {"bf16", "mxfp8"}) {
@@ -133,21 +138,21 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
     const nlohmann::json trace = nlohmann::json::parse(json);
     std::map<std::string, std::map<std::string, double>> phases;
     for (const auto& e : trace["traceEvents"])
-      if (e["ph"] == "X") phases[e["name"].get<std::string>()][std::to_string(e["tid"].get<int>())] += e["dur"].get<double>() * 1e-6;
+      if (e["ph"] == "X")
+        phases[e["name"].get<std::string>()][std::to_string(e["tid"].get<int>())] += e["dur"].get<double>() * 1e-6;
     summary["phases"] = phases;
     progress(fmt::format("traced one {} training step -> {}", recipe, name));
     j["traces"].push_back(std::move(summary));
   }
   j["rl_split"] = nlohmann::json::array();
   const int64_t steps = cfg.quick ? 2 : 20;
-  std::vector<std::tuple<std::string, std::string, int64_t, int64_t>> models = {
-      {"tiny-dense", w.dense, 32, 8}, {"tiny-moe", w.moe, 32, 8}};
+  std::vector<std::tuple<std::string, std::string, int64_t, int64_t>> models = {{"tiny-dense", w.dense, 32, 8},
+                                                                                {"tiny-moe", w.moe, 32, 8}};
   std::string qwen;
   if (!cfg.quick && cfg.qwen_shape) {
     qwen = (fs::path(cfg.out) / "warm" / "qwen3-0.6b-random").string();
     if (!fs::exists(fs::path(qwen) / "config.json"))
-      init_checkpoint(qwen, shape_config("qwen3-0.6b", builtin_char_tokenizer().vocab_size()), 0, 0.02f,
-                          DType::BF16);
+      init_checkpoint(qwen, shape_config("qwen3-0.6b", builtin_char_tokenizer().vocab_size()), 0, 0.02f, DType::BF16);
     models.emplace_back("qwen3-0.6b (random weights)", qwen, 2, 2);
   }
   for (const auto& [preset, model, P, G] : models) {
@@ -157,8 +162,8 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
       const int64_t n = preset.starts_with("qwen") ? 3 : steps;
       nlohmann::json t = rl_split(preset, model, recipe, n, P, G, cfg.task, exec);
       progress(fmt::format("RL step {} {}: {:.3f} s (generate {:.3f}, score {:.3f}, train {:.3f}, sync {:.3f})", preset,
-                           recipe, t["step_s"].get<double>(), t["generate_s"].get<double>(),
-                           t["score_s"].get<double>(), t["train_s"].get<double>(), t["sync_s"].get<double>()));
+                           recipe, t["step_s"].get<double>(), t["generate_s"].get<double>(), t["score_s"].get<double>(),
+                           t["train_s"].get<double>(), t["sync_s"].get<double>()));
       j["rl_split"].push_back(std::move(t));
     }
   }
@@ -183,8 +188,13 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
     const nlohmann::json *bf = find(preset, "bf16"), *mx = find(preset, "mxfp8");
     if (!bf || !mx) continue;
     const double a = (*bf)[key].get<double>(), c = (*mx)[key].get<double>();
-    j["paper"].push_back({{"what", what}, {"paper", paper}, {"preset", preset}, {"metric", key},
-                          {"bf16_s", a}, {"mxfp8_s", c}, {"mxrl_change_pct", a > 0 ? (c / a - 1) * 100 : 0.0}});
+    j["paper"].push_back({{"what", what},
+                          {"paper", paper},
+                          {"preset", preset},
+                          {"metric", key},
+                          {"bf16_s", a},
+                          {"mxfp8_s", c},
+                          {"mxrl_change_pct", a > 0 ? (c / a - 1) * 100 : 0.0}});
   }
   return j;
 }

@@ -27,11 +27,11 @@ struct ReportConfig {
   std::vector<std::string> parts = {"matching", "rl-kl", "speed", "faults"};
   std::string dense_model, moe_model;  // warm starts ("" : trained under out/warm/)
   std::string task = "addition:digits=3";
-  int64_t sft_steps = 0;               // 0: 800 (quick: 30)
-  bool qwen_shape = true;              // speed: also time RL steps on the Qwen3-0.6B shape (full mode)
+  int64_t sft_steps = 0;   // 0: 800 (quick: 30)
+  bool qwen_shape = true;  // speed: also time RL steps on the Qwen3-0.6B shape (full mode)
   std::string python = "/usr/bin/python3";
-  std::string script;                  // "" : the source tree's scripts/report.py
-  bool render = true;                  // run the script after the experiments
+  std::string script;  // "" : the source tree's scripts/report.py
+  bool render = true;  // run the script after the experiments
 };
 
 std::vector<std::string> report_parts();  // matching, rl-kl, speed, faults

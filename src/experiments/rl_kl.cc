@@ -27,9 +27,13 @@ double num_or_zero(const nlohmann::json& j, const char* key) {
 nlohmann::json run_rl_kl(const RlKlConfig& cfg, const std::function<void(const std::string&)>& progress,
                          const Exec& exec) {
   nlohmann::json j;
-  j["config"] = {{"task", cfg.task},   {"recipe", cfg.recipe}, {"steps", cfg.steps},
-                 {"prompts_per_step", cfg.prompts_per_step}, {"samples_per_prompt", cfg.samples_per_prompt},
-                 {"lr", cfg.lr},       {"seeds", cfg.seeds}};
+  j["config"] = {{"task", cfg.task},
+                 {"recipe", cfg.recipe},
+                 {"steps", cfg.steps},
+                 {"prompts_per_step", cfg.prompts_per_step},
+                 {"samples_per_prompt", cfg.samples_per_prompt},
+                 {"lr", cfg.lr},
+                 {"seeds", cfg.seeds}};
   j["runs"] = nlohmann::json::array();
   const std::vector<std::pair<std::string, std::string>> models = {{"dense", cfg.dense_model}, {"moe", cfg.moe_model}};
   for (const auto& [preset, dir] : models) {

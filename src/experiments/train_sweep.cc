@@ -96,10 +96,15 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
                            const Exec& exec) {
   if (a.recipes.empty() || a.budgets.empty()) fail("bench train: no recipe or no budget");
   const auto [params, batch] = bench_model_and_batch(a);
-  nlohmann::json j = {{"bench", "train"},  {"preset", a.preset},   {"tokens", a.tokens},
-                      {"seq_len", a.seq_len}, {"threads", exec.pool ? exec.pool->size() : 1}, {"params", params.numel()},
-                      {"requant_every_microbatch", a.requant_every_microbatch}, {"results", nlohmann::json::array()}};
-  std::map<int64_t, double> base;  // budget -> tokens/s of the first recipe
+  nlohmann::json j = {{"bench", "train"},
+                      {"preset", a.preset},
+                      {"tokens", a.tokens},
+                      {"seq_len", a.seq_len},
+                      {"threads", exec.pool ? exec.pool->size() : 1},
+                      {"params", params.numel()},
+                      {"requant_every_microbatch", a.requant_every_microbatch},
+                      {"results", nlohmann::json::array()}};
+  std::map<int64_t, double> base;                     // budget -> tokens/s of the first recipe
   std::map<std::string, std::vector<double>> bs, cs;  // recipe -> micro-batch tokens, seconds
   for (int64_t b : a.budgets)
     for (const std::string& recipe : a.recipes) {
@@ -110,13 +115,19 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
       const double per_mb = (t.step - t.optimizer - (a.requant_every_microbatch ? 0.0 : t.weight_quant)) /
                             static_cast<double>(t.micro_batches);
       const double mb_tokens = static_cast<double>(a.tokens) / static_cast<double>(t.micro_batches);
-      const nlohmann::json r = {{"recipe", recipe},          {"budget", b},
-                                {"tokens_per_s", tps},       {"step_s", t.step},
-                                {"weight_quant_s", t.weight_quant}, {"act_quant_s", t.act_quant},
-                                {"gemm_s", t.gemm},          {"attention_s", t.attention},
+      const nlohmann::json r = {{"recipe", recipe},
+                                {"budget", b},
+                                {"tokens_per_s", tps},
+                                {"step_s", t.step},
+                                {"weight_quant_s", t.weight_quant},
+                                {"act_quant_s", t.act_quant},
+                                {"gemm_s", t.gemm},
+                                {"attention_s", t.attention},
                                 {"optimizer_s", t.optimizer},
-                                {"rest_s", t.rest()},        {"micro_batches", t.micro_batches},
-                                {"ratio_to_first", tps / base[b]}, {"microbatch_s", per_mb},
+                                {"rest_s", t.rest()},
+                                {"micro_batches", t.micro_batches},
+                                {"ratio_to_first", tps / base[b]},
+                                {"microbatch_s", per_mb},
                                 {"microbatch_tokens", mb_tokens}};
       j["results"].push_back(r);
       if (on_result) on_result(r);
@@ -139,9 +150,10 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
     std::string verdict;
     double cross = -1;
     if (bf.a < 0 || f.a < 0)
-      verdict = fmt::format("none resolved on this backend: the fit of {} has a negative fixed cost (its per-token "
-                            "cost grows with B), so a crossover from the fit would be an artefact",
-                            bf.a < 0 ? first : name);
+      verdict = fmt::format(
+          "none resolved on this backend: the fit of {} has a negative fixed cost (its per-token "
+          "cost grows with B), so a crossover from the fit would be an artefact",
+          bf.a < 0 ? first : name);
     else if (dtok > 0 && dfix > 0)
       cross = dfix / dtok,
       verdict = fmt::format("{} is cheaper than {} from B = {:.0f} tokens per micro-batch", name, first, cross);
@@ -156,11 +168,11 @@ nlohmann::json bench_train(const TrainBenchConfig& a, const std::function<void(c
     int64_t cheaper = 0;  // what the sweep itself shows, fit aside
     for (const auto& r : j["results"])
       if (r["recipe"] == name && r["ratio_to_first"].get<double>() > 1) ++cheaper;
-    j["crossover"][name] = {{"vs", first},
-                            {"tokens", cross},
-                            {"verdict", verdict},
-                            {"measured", fmt::format("faster than {} at {} of {} swept budgets", first, cheaper,
-                                                     a.budgets.size())}};
+    j["crossover"][name] = {
+        {"vs", first},
+        {"tokens", cross},
+        {"verdict", verdict},
+        {"measured", fmt::format("faster than {} at {} of {} swept budgets", first, cheaper, a.budgets.size())}};
   }
   return j;
 }

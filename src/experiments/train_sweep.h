@@ -33,12 +33,15 @@ struct TrainBenchConfig {
 };
 
 // Least squares y = a + b x, and its coefficient of determination.
-struct Line { double a = 0, b = 0, r2 = 0; };
+struct Line {
+  double a = 0, b = 0, r2 = 0;
+};
 Line fit_line(const std::vector<double>& x, const std::vector<double>& y);
 
 // {"bench": "train", "preset", "tokens", "seq_len", "threads", "params", "requant_every_microbatch",
 //  "results": [{"recipe", "budget", "tokens_per_s", "step_s", "weight_quant_s", "act_quant_s", "gemm_s",
-//               "attention_s", "optimizer_s", "rest_s", "micro_batches", "ratio_to_first", "microbatch_s", "microbatch_tokens"}],
+//               "attention_s", "optimizer_s", "rest_s", "micro_batches", "ratio_to_first", "microbatch_s",
+//               "microbatch_tokens"}],
 //  and with two or more budgets "fits": {recipe: {"fixed_per_microbatch_s", "per_token_s", "r2"}},
 //  "crossover": {recipe: {"vs", "tokens", "verdict", "measured"}}}.
 // Budgets outer, recipes inner (each ratio compares runs made close in time:

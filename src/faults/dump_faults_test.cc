@@ -11,10 +11,10 @@
 #include <fmt/ranges.h>
 
 #include "faults/hooks.h"
-#include "model/init.h"
-#include "testing/small_config.h"
 #include "interop/engine_dump.h"
+#include "model/init.h"
 #include "sync/sync.h"
+#include "testing/small_config.h"
 #include "util/error.h"
 
 namespace mxrl {

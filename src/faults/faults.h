@@ -38,21 +38,37 @@ namespace mxrl {
 
 enum class Fault {
   // 1 coverage
-  DropTensor, DropExperts, StaleTiedHead,
+  DropTensor,
+  DropExperts,
+  StaleTiedHead,
   // 2 placement
-  SwapGateUp, ExpertOffset, Transposed,
+  SwapGateUp,
+  ExpertOffset,
+  Transposed,
   // 3 grid identity
-  RequantFloor, ColBlocks, QuantFromMaster, StaleScales,
+  RequantFloor,
+  ColBlocks,
+  QuantFromMaster,
+  StaleScales,
   // 4 high-precision exceptions
-  RouterBf16, LmHeadFp8,
+  RouterBf16,
+  LmHeadFp8,
   // 5 freshness
-  StalePacked, StalePrefixCache, StalePlan,
+  StalePacked,
+  StalePrefixCache,
+  StalePlan,
   // 6 atomicity
-  SyncMidGeneration, PartialSync,
+  SyncMidGeneration,
+  PartialSync,
   // 6 atomicity, of the chunked transport (sync/transport.h)
-  ChunkCorrupt, ChunkTruncate, ChunkStale, SamplerKilled,
+  ChunkCorrupt,
+  ChunkTruncate,
+  ChunkStale,
+  SamplerKilled,
   // 7 agreement
-  ForeignKernel, KvFp8, KvScaleOne,
+  ForeignKernel,
+  KvFp8,
+  KvScaleOne,
 };
 
 // Where a fault lives, and what it needs to apply at all.
@@ -60,15 +76,15 @@ enum class FaultSeam { Learner, Channel, Loader, Engine };
 
 struct FaultInfo {
   Fault fault;
-  const char* name;       // "drop-tensor"
-  int condition;          // docs/reference.md §6 condition it breaks, 1..7
+  const char* name;  // "drop-tensor"
+  int condition;     // docs/reference.md §6 condition it breaks, 1..7
   FaultSeam seam;
-  bool needs_moe;         // routed experts / a router
-  bool needs_tied_head;   // tie_word_embeddings
-  bool needs_requantize;  // only the requantize sync path has the bug
-  bool needs_fp8_kv;      // a sampler plan with an FP8 KV cache
-  const char* what;       // one line: what goes wrong
-  bool needs_mpi = false; // a separate sampler process (mpirun ... --samplers S)
+  bool needs_moe;          // routed experts / a router
+  bool needs_tied_head;    // tie_word_embeddings
+  bool needs_requantize;   // only the requantize sync path has the bug
+  bool needs_fp8_kv;       // a sampler plan with an FP8 KV cache
+  const char* what;        // one line: what goes wrong
+  bool needs_mpi = false;  // a separate sampler process (mpirun ... --samplers S)
 };
 
 // Every fault, in condition order.

@@ -16,7 +16,6 @@
 
 namespace mxrl {
 
-
 namespace {
 
 bool is_mx(const LinearPrecision& p) { return precision_traits(p.precision).wformat == WFormat::MX; }
@@ -87,9 +86,10 @@ void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const P
     if (p.role != ParamRole::Linear) continue;
     const LinearPrecision sp = sampler_plan.for_param(p);
     any_mx |= is_mx(sp);
-    any_quantized |= precision_traits(sp.precision).wformat == WFormat::MX ||
-                     precision_traits(sp.precision).wformat == WFormat::FP8;
-    if (p.linear == LinearKind::Router) router_fp32 |= sp.precision == Precision::FP32 && learner_plan.for_param(p).precision == Precision::FP32;
+    any_quantized |=
+        precision_traits(sp.precision).wformat == WFormat::MX || precision_traits(sp.precision).wformat == WFormat::FP8;
+    if (p.linear == LinearKind::Router)
+      router_fp32 |= sp.precision == Precision::FP32 && learner_plan.for_param(p).precision == Precision::FP32;
   }
   const int o = layout.index_of(layer0("self_attn.o_proj.weight"));
   const bool square_o = o >= 0 && layout.entries()[o].shape[0] == layout.entries()[o].shape[1];
@@ -97,9 +97,12 @@ void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const P
     const FaultInfo& f = fault_info(in.fault);
     auto refuse = [&](const std::string& why) { fail("--inject {}: {}", f.name, why); };
     if (f.needs_moe && cfg.num_experts == 0) refuse("needs a MoE model (routed experts and a router)");
-    if (f.needs_tied_head && !cfg.tie_word_embeddings) refuse("needs a model with a tied lm_head (tie_word_embeddings)");
-    if (f.needs_requantize && mode != SyncMode::Requantize) refuse("is a bug of the requantize path: use --sync requantize");
-    if (f.needs_fp8_kv && !sampler_plan.fp8_kv_cache) refuse("needs a sampler plan with an FP8 KV cache (e.g. mxfp8+fp8kv)");
+    if (f.needs_tied_head && !cfg.tie_word_embeddings)
+      refuse("needs a model with a tied lm_head (tie_word_embeddings)");
+    if (f.needs_requantize && mode != SyncMode::Requantize)
+      refuse("is a bug of the requantize path: use --sync requantize");
+    if (f.needs_fp8_kv && !sampler_plan.fp8_kv_cache)
+      refuse("needs a sampler plan with an FP8 KV cache (e.g. mxfp8+fp8kv)");
     if (f.needs_mpi && !separate_sampler)
       refuse("needs a separate sampler process: mpirun -np N mxrl rl --learners L --samplers S");
     switch (in.fault) {
@@ -126,8 +129,7 @@ void check_faults_apply(const FaultPlan& faults, const ModelConfig& cfg, const P
       case Fault::Transposed:
         if (!square_o) refuse("needs a square layer 0 o_proj (hidden_size == heads x head_dim)");
         break;
-      default:
-        break;
+      default: break;
     }
   }
 }
@@ -145,7 +147,7 @@ FaultSeams make_fault_hooks(const FaultPlan& plan) {
 void FaultHooks::on_swap(uint64_t v, EngineSwap& swap) const {
   if (plan_.active(Fault::SyncMidGeneration, v)) swap.drain = false;         // swap under samples in flight
   if (plan_.active(Fault::StalePrefixCache, v)) swap.drop_prefixes = false;  // the prefix cache is not flushed
-  if (plan_.active(Fault::StalePlan, v)) swap.rebind_plan = false;  // the old plan (and weights) stay bound
+  if (plan_.active(Fault::StalePlan, v)) swap.rebind_plan = false;           // the old plan (and weights) stay bound
   if (plan_.active(Fault::ForeignKernel, v)) swap.forward.gemm_split_k = 4;
   if (plan_.active(Fault::KvScaleOne, v)) swap.forward.kv_unit_scale = true;
 }
@@ -275,7 +277,8 @@ void FaultHooks::edit_shipment(WeightShipment& s, PrecisionPlan& plan, const Mod
   if (on(Fault::ExpertOffset)) {
     for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
       auto name = [&](int64_t e) { return fmt::format("model.layers.0.mlp.experts.{}.{}.weight", e, part); };
-      for (int64_t e = cfg.num_experts - 1; e >= 1; --e) s.linears[name(e)] = copy_linear(s.linears.at(name(e - 1)), name(e));
+      for (int64_t e = cfg.num_experts - 1; e >= 1; --e)
+        s.linears[name(e)] = copy_linear(s.linears.at(name(e - 1)), name(e));
       keep_old(name(0));
     }
   }

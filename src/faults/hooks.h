@@ -23,10 +23,7 @@ namespace mxrl {
 
 // Every seam's hooks for one plan. One object per run: the channel's hook
 // keeps the last bundle sent while chunk-stale waits for its version.
-class FaultHooks final : public EngineHooks,
-                         public LearnerHooks,
-                         public ChannelHooks,
-                         public LoaderHooks {
+class FaultHooks final : public EngineHooks, public LearnerHooks, public ChannelHooks, public LoaderHooks {
  public:
   explicit FaultHooks(FaultPlan plan);
   const FaultPlan& plan() const { return plan_; }

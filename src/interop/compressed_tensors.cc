@@ -9,14 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
-#include "model/checkpoint.h"
 #include "kernels/gemm/gemm.h"
+#include "model/checkpoint.h"
 #include "model/precision.h"
 #include "numerics/formats.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/text.h"
 #include "util/json_read.h"
+#include "util/text.h"
 
 namespace mxrl {
 namespace fs = std::filesystem;
@@ -32,9 +32,14 @@ bool is_mxfp8_e4m3(const LinearPrecision& p) { return p.precision == Precision::
 // the parsed scheme infers float8_e4m3fn, unused by a symmetric scheme but
 // unequal to the preset).
 json quantization_config() {
-  const json args = {{"num_bits", 8},        {"type", "float"},  {"symmetric", true},
-                     {"group_size", 32},     {"strategy", "group"}, {"dynamic", false},
-                     {"scale_dtype", "torch.uint8"}, {"zp_dtype", "torch.uint8"}};
+  const json args = {{"num_bits", 8},
+                     {"type", "float"},
+                     {"symmetric", true},
+                     {"group_size", 32},
+                     {"strategy", "group"},
+                     {"dynamic", false},
+                     {"scale_dtype", "torch.uint8"},
+                     {"zp_dtype", "torch.uint8"}};
   json acts = args;
   acts["dynamic"] = true;
   return {{"quant_method", "compressed-tensors"},
@@ -42,7 +47,10 @@ json quantization_config() {
           {"quantization_status", "compressed"},
           {"config_groups",
            {{"group_0",
-             {{"targets", {"Linear"}}, {"weights", args}, {"input_activations", acts}, {"output_activations", nullptr},
+             {{"targets", {"Linear"}},
+              {"weights", args},
+              {"input_activations", acts},
+              {"output_activations", nullptr},
               {"format", nullptr}}}}},
           {"ignore", {"lm_head", "re:.*mlp.gate$"}},
           {"kv_cache_scheme", nullptr},
@@ -278,8 +286,7 @@ Model load_model(const std::string& dir, const PrecisionPlan& plan, const Exec& 
     used.insert("lm_head.weight");  // a tied duplicate, if written
   }
   for (const auto& [name, v] : tensors)
-    if (!used.count(name))
-      fail("{}: unexpected tensor '{}' for a {} with this config", v.second, name, cfg.model_type);
+    if (!used.count(name)) fail("{}: unexpected tensor '{}' for a {} with this config", v.second, name, cfg.model_type);
   return Model::from_shipment(cfg, plan, s, exec);
 }
 

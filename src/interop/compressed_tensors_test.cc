@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "interop/compressed_tensors.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "interop/compressed_tensors.h"
 #include "model/digest.h"
 #include "model/init.h"
 #include "model/score.h"
@@ -77,8 +77,9 @@ TEST(CompressedTensors, ExportedModelLoadsBackToTheOnGridSamplerBitForBit) {
     EXPECT_EQ(cj["quantization_config"]["config_groups"]["group_0"]["weights"]["scale_dtype"], "torch.uint8");
     // A plan that computes a held tensor in another precision is refused, in one line.
     const std::string e1 = error_of([&] { load_model(dir, PrecisionPlan::named("bf16")); });
-    EXPECT_NE(e1.find("model.layers.0.self_attn.q_proj.weight is held as mxfp8(e4m3), but plan bf16 computes it as bf16"),
-              std::string::npos)
+    EXPECT_NE(
+        e1.find("model.layers.0.self_attn.q_proj.weight is held as mxfp8(e4m3), but plan bf16 computes it as bf16"),
+        std::string::npos)
         << e1;
     EXPECT_EQ(e1.find('\n'), std::string::npos);
     fs::remove_all(dir);
@@ -88,11 +89,13 @@ TEST(CompressedTensors, ExportedModelLoadsBackToTheOnGridSamplerBitForBit) {
 TEST(CompressedTensors, APlanOutsideTheFormatIsRefusedNamingTheTensor) {
   const ParamTable masters = params(false);
   const std::string dir = tmp("refused");
-  const std::string e = error_of([&] { export_compressed_tensors(Model(masters, PrecisionPlan::named("mxfp8-half")), "", "", dir); });
+  const std::string e =
+      error_of([&] { export_compressed_tensors(Model(masters, PrecisionPlan::named("mxfp8-half")), "", "", dir); });
   EXPECT_NE(e.find("model.layers.1.self_attn.q_proj.weight is bf16 under plan mxfp8-half"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir));
-  EXPECT_NE(error_of([&] { export_compressed_tensors(Model(masters, PrecisionPlan::named("fp32")), "", "", dir); })
-                .find("fp32"),
+  EXPECT_NE(error_of([&] {
+              export_compressed_tensors(Model(masters, PrecisionPlan::named("fp32")), "", "", dir);
+            }).find("fp32"),
             std::string::npos);
 }
 

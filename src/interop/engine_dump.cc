@@ -21,7 +21,6 @@ namespace mxrl {
 
 namespace {
 
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -94,9 +93,7 @@ struct VllmWriter {
     return d.part == "scales" ? param + "_scale" : param;
   }
   // MX scales as U8 (compressed-tensors / vLLM), everything else as held.
-  static DType out_dtype(const TensorDigest& d) {
-    return d.dtype == "F8_E8M0" ? DType::U8 : dtype_of(d.dtype);
-  }
+  static DType out_dtype(const TensorDigest& d) { return d.dtype == "F8_E8M0" ? DType::U8 : dtype_of(d.dtype); }
   const std::vector<const Held*>& parts(const std::string& name) {
     auto it = by_name.find(name);
     if (it == by_name.end()) fail("write_dump: the model has no tensor {}", name);
@@ -213,8 +210,8 @@ void split_rows(const std::string& path, const TensorView& t, bool scale,
   std::vector<std::string> sizes;
   for (const auto& b : blocks) sizes.push_back(std::to_string(b.second));
   if (t.shape.size() != rank || (stacked ? groups * t.shape[1] : t.shape[0]) != want)
-    fail("{}: {}: shape {} cannot be split into the config's {} rows ({}){}", path, t.name, shape_str(t.shape),
-         want, fmt::join(sizes, " + "), stacked ? ", stacked by expert" : "");
+    fail("{}: {}: shape {} cannot be split into the config's {} rows ({}){}", path, t.name, shape_str(t.shape), want,
+         fmt::join(sizes, " + "), stacked ? ", stacked by expert" : "");
   const int64_t cols = t.shape[rank - 1];
   const size_t row_bytes = dtype_size(t.dtype) * static_cast<size_t>(cols);
   size_t at = 0;
@@ -320,8 +317,10 @@ std::string infer_precision(const std::vector<const Piece*>& parts, const ParamT
     p.elem = elem_of(codes->dtype, wf == WFormat::MX ? want.elem : ElemType::E4M3);
     p.rule = wf == WFormat::MX ? want.rule : ScaleRule::RCeil;
   } else if (scales->dtype == "F32") {
-    if (wf == WFormat::FP8) p.precision = want.precision;
-    else p.precision = scales->shape == std::vector<int64_t>{1, 1} ? Precision::FP8Tensor : Precision::FP8Block128;
+    if (wf == WFormat::FP8)
+      p.precision = want.precision;
+    else
+      p.precision = scales->shape == std::vector<int64_t>{1, 1} ? Precision::FP8Tensor : Precision::FP8Block128;
     p.elem = elem_of(codes->dtype, ElemType::E4M3);
   } else {
     return "unknown";
@@ -395,8 +394,8 @@ Dump read_dump(const std::string& path, const ModelConfig& cfg, const PrecisionP
     const std::vector<const Piece*>& parts = by_name.at(e.name);
     const Piece& p = *parts.front();
     if (parts.size() != 1 || (p.dtype != "BF16" && p.dtype != "F32") || p.shape != e.shape)
-      fail("{}: {}: {} {}, a tied model's embedding must be BF16 or F32 {}", path, e.name, p.dtype,
-           shape_str(p.shape), shape_str(e.shape));
+      fail("{}: {}: {} {}, a tied model's embedding must be BF16 or F32 {}", path, e.name, p.dtype, shape_str(p.shape),
+           shape_str(e.shape));
     const std::vector<float> w = values_f32(p);
     const PreparedLinear head = PreparedLinear::prepare(e.name, w.data(), e.shape[0], e.shape[1], plan.lm_head, {});
     for (const HeldPart& h : precision_traits(head.prec.precision).held_parts(head)) {
@@ -428,11 +427,16 @@ bool live_linear(const Dump& dump, const std::string& name, PreparedLinear& L) {
       std::memcpy(v.data(), p.bytes.data(), v.size() * sizeof(v[0]));
     };
     if (p.shape.size() == 2 && p.part != "scales") L.n = p.shape[0], L.k = p.shape[1];
-    if (p.part == "f32") take(L.f32);
-    else if (p.part == "bf16") take(L.bf16);
-    else if (p.part == "codes") take(L.codes);
-    else if (p.part == "scales" && p.dtype == "F8_E8M0") take(L.mx_scales);
-    else if (p.part == "scales") take(L.fp8_scales);
+    if (p.part == "f32")
+      take(L.f32);
+    else if (p.part == "bf16")
+      take(L.bf16);
+    else if (p.part == "codes")
+      take(L.codes);
+    else if (p.part == "scales" && p.dtype == "F8_E8M0")
+      take(L.mx_scales);
+    else if (p.part == "scales")
+      take(L.fp8_scales);
   }
   const HeldSizes s = precision_traits(L.prec.precision).held_sizes(L.n, L.k);
   return static_cast<int64_t>(L.f32.size()) == s.f32 && static_cast<int64_t>(L.bf16.size()) == s.bf16 &&
@@ -471,8 +475,7 @@ std::vector<CheckResult> verify_dump_since(const ParamTable& masters, const Prec
   const Model expect(masters, plan, exec);
   const std::vector<TensorDigest> expected = model_digests(expect);
   auto transposed = [&](const std::string& name) {
-    const PreparedLinear* e =
-        name == kTiedLmHeadName ? &expect.lm_head() : expect.find_linear(name);
+    const PreparedLinear* e = name == kTiedLmHeadName ? &expect.lm_head() : expect.find_linear(name);
     PreparedLinear L;
     return e && live_linear(dump, name, L) && holds_transpose(L, *e);
   };

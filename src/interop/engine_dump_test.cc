@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "interop/engine_dump.h"
 #include "io/safetensors.h"
 #include "model/init.h"
-#include "interop/engine_dump.h"
 #include "sync/sync.h"
 #include "testing/errors.h"
 #include "testing/small_config.h"
@@ -184,8 +184,9 @@ TEST(EngineDump, MalformedDumpsGiveOneLineNamingTheFile) {
   w.add("model.layers.0.self_attn.qkv_proj.weight", DType::BF16, {100, 64}, std::vector<std::byte>(100 * 64 * 2));
   w.write(bad);
   const std::string e = error_of(bad, Naming::Vllm);
-  EXPECT_EQ(e, bad + ": model.layers.0.self_attn.qkv_proj.weight: shape [100, 64] cannot be split into the config's "
-                     "128 rows (64 + 32 + 32)");
+  EXPECT_EQ(e, bad +
+                   ": model.layers.0.self_attn.qkv_proj.weight: shape [100, 64] cannot be split into the config's "
+                   "128 rows (64 + 32 + 32)");
   // Stacked experts of the wrong count.
   const ModelConfig cm = config(true);
   SafetensorsWriter we;
@@ -195,8 +196,9 @@ TEST(EngineDump, MalformedDumpsGiveOneLineNamingTheFile) {
     read_dump_manifest(bad, cm, plan(true), Naming::Vllm);
     FAIL();
   } catch (const Error& x) {
-    EXPECT_EQ(std::string(x.what()), bad + ": model.layers.0.mlp.experts.w2_weight: shape [3, 64, 32] holds 3 experts, "
-                                           "the config 4");
+    EXPECT_EQ(std::string(x.what()), bad +
+                                         ": model.layers.0.mlp.experts.w2_weight: shape [3, 64, 32] holds 3 experts, "
+                                         "the config 4");
   }
   // Unknown names come back as they are: extra coverage findings.
   Synced s = synced(false, {});

@@ -31,15 +31,17 @@ std::pair<int64_t, int64_t> matrix_view(const std::string& file, const std::stri
                                         const std::vector<int64_t>& shape, Axis axis) {
   if (axis == Axis::Row) {
     if (shape.empty() || shape.back() % kMxBlock != 0)
-      fail("{}: tensor '{}' has shape {}: row blocks need the last dimension to be a multiple of {}",
-           file, name, shape_str(shape), kMxBlock);
+      fail("{}: tensor '{}' has shape {}: row blocks need the last dimension to be a multiple of {}", file, name,
+           shape_str(shape), kMxBlock);
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
     return {rows, shape.back()};
   }
   if (shape.size() != 2 || shape[0] % kMxBlock != 0)
-    fail("{}: tensor '{}' has shape {}: col blocks need a 2-D tensor whose first dimension is a "
-         "multiple of {}", file, name, shape_str(shape), kMxBlock);
+    fail(
+        "{}: tensor '{}' has shape {}: col blocks need a 2-D tensor whose first dimension is a "
+        "multiple of {}",
+        file, name, shape_str(shape), kMxBlock);
   return {shape[0], shape[1]};
 }
 
@@ -66,20 +68,16 @@ std::string meta(const SafetensorsFile& f, const std::string& key) {
 }
 }  // namespace
 
-uint64_t tensor_seed(uint64_t seed, const std::string& name) {
-  return seed ^ XXH3_64bits(name.data(), name.size());
-}
+uint64_t tensor_seed(uint64_t seed, const std::string& name) { return seed ^ XXH3_64bits(name.data(), name.size()); }
 
-MxFileStats quantize_file(const std::string& in, const std::string& out, const MxConfig& cfg,
-                          const Exec& exec) {
+MxFileStats quantize_file(const std::string& in, const std::string& out, const MxConfig& cfg, const Exec& exec) {
   const SafetensorsFile f = SafetensorsFile::open(in);
   // Validate every tensor before doing any work.
   std::set<std::string> names;
   for (const auto& t : f.tensors()) names.insert(t.name);
   for (const auto& t : f.tensors()) {
     if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
-      fail("{}: tensor '{}' has dtype {}; quantize takes F32, BF16 or F16", in, t.name,
-           dtype_name(t.dtype));
+      fail("{}: tensor '{}' has dtype {}; quantize takes F32, BF16 or F16", in, t.name, dtype_name(t.dtype));
     matrix_view(in, t.name, t.shape, cfg.axis);
     if (names.count(t.name + kScaleSuffix))
       fail("{}: tensor '{}' would collide with the scales of '{}'", in, t.name + kScaleSuffix, t.name);
@@ -88,8 +86,7 @@ MxFileStats quantize_file(const std::string& in, const std::string& out, const M
   MxFileStats stats;
   for (const auto& t : f.tensors()) {
     const auto [rows, cols] = matrix_view(in, t.name, t.shape, cfg.axis);
-    const InType it = t.dtype == DType::F32 ? InType::F32
-                      : t.dtype == DType::BF16 ? InType::BF16 : InType::F16;
+    const InType it = t.dtype == DType::F32 ? InType::F32 : t.dtype == DType::BF16 ? InType::BF16 : InType::F16;
     std::vector<std::byte> codes(static_cast<size_t>(rows * cols));
     std::vector<std::byte> scales(static_cast<size_t>(mx_num_scales(rows, cols, cfg.axis)));
     MxConfig tc = cfg;
@@ -149,8 +146,8 @@ MxFileStats dequantize_file(const std::string& in, const std::string& out, const
     if (tr.bits < 8)
       for (std::byte b : t.data)
         if (static_cast<unsigned>(b) >> tr.bits)
-          fail("{}: tensor '{}' holds byte 0x{:02X}, not a {}-bit {} code", in, t.name,
-               static_cast<unsigned>(b), tr.bits, tr.name);
+          fail("{}: tensor '{}' holds byte 0x{:02X}, not a {}-bit {} code", in, t.name, static_cast<unsigned>(b),
+               tr.bits, tr.name);
     pairs.emplace_back(&t, s);
   }
   SafetensorsWriter w;
@@ -158,9 +155,8 @@ MxFileStats dequantize_file(const std::string& in, const std::string& out, const
   for (auto [t, s] : pairs) {
     const auto [rows, cols] = matrix_view(in, t->name, t->shape, axis);
     std::vector<std::byte> y(static_cast<size_t>(rows * cols) * sizeof(float));
-    mx_dequantize(reinterpret_cast<const uint8_t*>(t->data.data()),
-                  reinterpret_cast<const uint8_t*>(s->data.data()), rows, cols, *elem, axis,
-                  reinterpret_cast<float*>(y.data()), exec);
+    mx_dequantize(reinterpret_cast<const uint8_t*>(t->data.data()), reinterpret_cast<const uint8_t*>(s->data.data()),
+                  rows, cols, *elem, axis, reinterpret_cast<float*>(y.data()), exec);
     stats.tensors++;
     stats.elements += rows * cols;
     stats.bytes_in += static_cast<int64_t>(t->data.size() + s->data.size());

@@ -23,8 +23,7 @@ struct MxFileStats {
   int64_t bytes_in = 0, bytes_out = 0;
 };
 
-MxFileStats quantize_file(const std::string& in, const std::string& out, const MxConfig& cfg,
-                          const Exec& exec = {});
+MxFileStats quantize_file(const std::string& in, const std::string& out, const MxConfig& cfg, const Exec& exec = {});
 MxFileStats dequantize_file(const std::string& in, const std::string& out, const Exec& exec = {});
 
 // The stochastic-rounding seed tensor `name` is quantized with (each tensor

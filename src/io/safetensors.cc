@@ -145,8 +145,7 @@ struct Entry {
 };
 
 // Validates one header entry against a data region of `data_size` bytes.
-Entry parse_entry(const std::string& name, const json& v, std::span<const std::byte> data,
-                  const std::string& label) {
+Entry parse_entry(const std::string& name, const json& v, std::span<const std::byte> data, const std::string& label) {
   std::string where = fmt::format("{}: tensor {}", label, show(name));
   if (!v.is_object()) fail("{}: entry is not a JSON object (it is {})", where, v.type_name());
   for (const auto& [key, _] : v.items()) {
@@ -189,12 +188,11 @@ Entry parse_entry(const std::string& name, const json& v, std::span<const std::b
   e.end = *end;
   if (e.begin > e.end) fail("{}: data_offsets [{}, {}] have begin > end", where, e.begin, e.end);
   if (e.end > data.size()) {
-    fail("{}: data_offsets [{}, {}] extend beyond the data region ({} bytes)", where, e.begin, e.end,
-         data.size());
+    fail("{}: data_offsets [{}, {}] extend beyond the data region ({} bytes)", where, e.begin, e.end, data.size());
   }
   if (e.end - e.begin != *nbytes) {
-    fail("{}: data_offsets [{}, {}] hold {} bytes but shape {} of {} needs {}", where, e.begin, e.end,
-         e.end - e.begin, shape_str(e.view.shape), dtype_name(e.view.dtype), *nbytes);
+    fail("{}: data_offsets [{}, {}] hold {} bytes but shape {} of {} needs {}", where, e.begin, e.end, e.end - e.begin,
+         shape_str(e.view.shape), dtype_name(e.view.dtype), *nbytes);
   }
   e.view.data = data.subspan(e.begin, e.end - e.begin);
   return e;
@@ -295,8 +293,7 @@ void SafetensorsFile::parse_bytes(std::span<const std::byte> bytes) {
   uint64_t n = read_le64(bytes.data());
   if (n > kMaxHeaderSize) fail("{}: header too large ({} bytes; the limit is {})", path_, n, kMaxHeaderSize);
   if (n > bytes.size() - 8) {
-    fail("{}: header length {} exceeds the file size ({} bytes after the length prefix)", path_, n,
-         bytes.size() - 8);
+    fail("{}: header length {} exceeds the file size ({} bytes after the length prefix)", path_, n, bytes.size() - 8);
   }
   std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, n);
   std::span<const std::byte> data = bytes.subspan(8 + n);
@@ -325,8 +322,8 @@ void SafetensorsFile::parse_bytes(std::span<const std::byte> bytes) {
       fail("{}: {} unused bytes before the first tensor {}", path_, e.begin, show(e.view.name));
     }
     if (e.begin > cursor) {
-      fail("{}: gap of {} unused bytes between tensors {} and {}", path_, e.begin - cursor,
-           show(prev->view.name), show(e.view.name));
+      fail("{}: gap of {} unused bytes between tensors {} and {}", path_, e.begin - cursor, show(prev->view.name),
+           show(e.view.name));
     }
     cursor = e.end;
     prev = &e;
@@ -359,7 +356,8 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
   entries_.push_back({std::move(name), dtype, std::move(shape), std::move(data), {}, true});
 }
 
-void SafetensorsWriter::add_view(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> data) {
+void SafetensorsWriter::add_view(std::string name, DType dtype, std::vector<int64_t> shape,
+                                 std::span<const std::byte> data) {
   entries_.push_back({std::move(name), dtype, std::move(shape), {}, data, false});
 }
 

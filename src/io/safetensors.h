@@ -79,8 +79,7 @@ class SafetensorsWriter {
   // The writer owns the bytes.
   void add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<std::byte> data);
   // The caller keeps `data` alive until write() returns.
-  void add_view(std::string name, DType dtype, std::vector<int64_t> shape,
-                std::span<const std::byte> data);
+  void add_view(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> data);
   void set_metadata(std::map<std::string, std::string> metadata);
 
   // Validates every tensor (data size == numel * dtype_size, unique names,

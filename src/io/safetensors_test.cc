@@ -7,8 +7,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -64,10 +64,9 @@ class SafetensorsFiles : public test::TempDirTest {
 // ------------------------------------------------------------ dtypes
 
 TEST(Safetensors, DTypeNamesRoundTrip) {
-  const std::pair<DType, size_t> all[] = {{DType::F64, 8},    {DType::F32, 4},     {DType::F16, 2},
-                                          {DType::BF16, 2},   {DType::F8_E4M3, 1}, {DType::F8_E5M2, 1},
-                                          {DType::F8_E8M0, 1}, {DType::U8, 1},     {DType::I8, 1},
-                                          {DType::I32, 4},    {DType::I64, 8}};
+  const std::pair<DType, size_t> all[] = {
+      {DType::F64, 8},     {DType::F32, 4}, {DType::F16, 2}, {DType::BF16, 2}, {DType::F8_E4M3, 1}, {DType::F8_E5M2, 1},
+      {DType::F8_E8M0, 1}, {DType::U8, 1},  {DType::I8, 1},  {DType::I32, 4},  {DType::I64, 8}};
   for (auto [d, size] : all) {
     EXPECT_EQ(dtype_size(d), size) << dtype_name(d);
     EXPECT_EQ(dtype_from_name(dtype_name(d)), d);
@@ -81,8 +80,8 @@ TEST(Safetensors, DTypeNamesRoundTrip) {
 // ------------------------------------------------------------ writer + reader
 
 TEST_F(SafetensorsFiles, RoundTripsEveryDTypeWithMetadataScalarsAndZeroSize) {
-  const DType all[] = {DType::F64,     DType::F32,     DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
-                       DType::F8_E8M0, DType::U8,      DType::I8,  DType::I32,  DType::I64};
+  const DType all[] = {DType::F64,     DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
+                       DType::F8_E8M0, DType::U8,  DType::I8,  DType::I32,  DType::I64};
   struct Expected {
     std::string name;
     DType dtype;
@@ -139,8 +138,7 @@ TEST_F(SafetensorsFiles, RoundTripsEveryDTypeWithMetadataScalarsAndZeroSize) {
   for (const auto& e : expected)
     if (!e.data.empty()) added.push_back(e.name);
   EXPECT_EQ(order, added);
-  for (size_t i = 1; i < f.tensors().size(); ++i)
-    EXPECT_LE(f.tensors()[i - 1].data.data(), f.tensors()[i].data.data());
+  for (size_t i = 1; i < f.tensors().size(); ++i) EXPECT_LE(f.tensors()[i - 1].data.data(), f.tensors()[i].data.data());
 }
 
 TEST_F(SafetensorsFiles, HeaderIsPaddedSoDataStartsAligned) {
@@ -175,9 +173,8 @@ TEST_F(SafetensorsFiles, EmptyWriterWritesAValidFile) {
 //   save_file({"b": tensor([1., 2.]), "a": tensor([1, 2, 3], dtype=uint8)}, metadata={"format": "pt"})
 // (it sorts by alignment then name, puts __metadata__ first and pads with spaces).
 TEST(Safetensors, ParsesReferenceLayout) {
-  const char header[] =
-      R"({"__metadata__":{"format":"pt"},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("a":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}}      )";
+  const char header[] = R"({"__metadata__":{"format":"pt"},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("a":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}}      )";
   static_assert(sizeof(header) - 1 == 0x90);
   std::string raw("\x90\0\0\0\0\0\0\0", 8);
   raw += header;
@@ -209,12 +206,12 @@ TEST(Safetensors, ParsesReferenceLayout) {
 TEST(Safetensors, AcceptsZeroSizeScalarsAndHeaderPadding) {
   // Zero-size tensors may sit anywhere a tensor boundary is, including the end.
   SafetensorsFile f = SafetensorsFile::parse(build(R"({"z0":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
-                             R"("s":{"dtype":"I32","shape":[],"data_offsets":[0,4]},)"
-                             R"("z1":{"dtype":"BF16","shape":[2,0,3],"data_offsets":[4,4]},)"
-                             R"("z2":{"dtype":"I8","shape":[0],"data_offsets":[4,4]}} )"
-                             "\t\r\n  ",
-                             4),
-                       kLabel);
+                                                   R"("s":{"dtype":"I32","shape":[],"data_offsets":[0,4]},)"
+                                                   R"("z1":{"dtype":"BF16","shape":[2,0,3],"data_offsets":[4,4]},)"
+                                                   R"("z2":{"dtype":"I8","shape":[0],"data_offsets":[4,4]}} )"
+                                                   "\t\r\n  ",
+                                                   4),
+                                             kLabel);
   ASSERT_EQ(f.tensors().size(), 4u);
   EXPECT_EQ(f.tensors()[0].name, "z0");
   EXPECT_EQ(f.tensors()[1].name, "s");
@@ -223,7 +220,8 @@ TEST(Safetensors, AcceptsZeroSizeScalarsAndHeaderPadding) {
   EXPECT_EQ(f.at("z1").numel(), 0);
   EXPECT_TRUE(f.at("z2").data.empty());
   // A header with only metadata, and "-0" as an integer.
-  SafetensorsFile g = SafetensorsFile::parse(build(R"({"__metadata__":{},"z":{"dtype":"U8","shape":[-0],"data_offsets":[0,-0]}})"), kLabel);
+  SafetensorsFile g = SafetensorsFile::parse(
+      build(R"({"__metadata__":{},"z":{"dtype":"U8","shape":[-0],"data_offsets":[0,-0]}})"), kLabel);
   EXPECT_EQ(g.at("z").shape, std::vector<int64_t>{0});
 }
 
@@ -347,8 +345,7 @@ TEST(SafetensorsMalformed, ByteSizeOverflow) {
   // numel fits but numel * 8 does not fit in int64.
   expect_error(build(R"({"w":{"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]}})"), "overflows");
   // A zero anywhere makes the tensor empty, however large the other dimensions.
-  EXPECT_EQ(parse_error(build(R"({"w":{"dtype":"F64","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})")),
-            "");
+  EXPECT_EQ(parse_error(build(R"({"w":{"dtype":"F64","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})")), "");
 }
 
 TEST(SafetensorsMalformed, BadDataOffsets) {
@@ -424,7 +421,10 @@ TEST_F(SafetensorsFiles, WriterErrorsLeaveNoOutput) {
   };
   std::vector<std::byte> six(6);
   const Case cases[] = {
-      {"size mismatch", [&](SafetensorsWriter& w) { w.add("w", DType::F32, {2, 3}, six); },
+      {"size mismatch",
+       [&](SafetensorsWriter& w) {
+         w.add("w", DType::F32, {2, 3}, six);
+       },
        "tensor 'w': 6 bytes of data but shape [2, 3] of F32 needs 24"},
       {"view size mismatch", [&](SafetensorsWriter& w) { w.add_view("v", DType::U8, {5}, six); },
        "tensor 'v': 6 bytes of data but shape [5] of U8 needs 5"},
@@ -436,7 +436,11 @@ TEST_F(SafetensorsFiles, WriterErrorsLeaveNoOutput) {
        },
        "tensor 'w': duplicate tensor name"},
       {"reserved name", [&](SafetensorsWriter& w) { w.add("__metadata__", DType::U8, {6}, six); }, "reserved"},
-      {"negative shape", [&](SafetensorsWriter& w) { w.add("n", DType::U8, {-1, -6}, six); }, "negative"},
+      {"negative shape",
+       [&](SafetensorsWriter& w) {
+         w.add("n", DType::U8, {-1, -6}, six);
+       },
+       "negative"},
       {"overflow", [&](SafetensorsWriter& w) { w.add("o", DType::F64, {int64_t(1) << 61}, {}); }, "overflows"},
       {"bad UTF-8", [&](SafetensorsWriter& w) { w.add("\xff", DType::U8, {6}, six); }, "cannot encode the header"},
   };

@@ -178,8 +178,8 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
             if (T.experts[r * K + j] == e) dweights[r * K + j] = dwt;
         }
         mlp_backward(lin, L.expert_gate[e], L.expert_up[e], L.expert_down[e], li.expert_gate[e], li.expert_up[e],
-                     li.expert_down[e], X.x.data(), X.gate.data(), X.up.data(), X.h.data(), dye.data(), me,
-                     dxe.data(), w);
+                     li.expert_down[e], X.x.data(), X.gate.data(), X.up.data(), X.h.data(), dye.data(), me, dxe.data(),
+                     w);
         for (int64_t i = 0; i < me; ++i) add_inplace(&dxn[X.rows[i] * H], &dxe[i * H], H);
       }
       std::vector<float>& dlog = w.dlog;
@@ -216,8 +216,8 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
         const auto [start, len] = seqs[it / nkv];
         const int slot = b.slot[start];
         attention_backward_group(&dq[start * qd], &dk[start * kvd], &dv[start * kvd], &datt[start * qd],
-                                 &T.q[start * qd], len, 0, cache.k(slot, l, 0), cache.v(slot, l, 0), kvd, nq, nkv,
-                                 hd, it % nkv, scale, exec);
+                                 &T.q[start * qd], len, 0, cache.k(slot, l, 0), cache.v(slot, l, 0), kvd, nq, nkv, hd,
+                                 it % nkv, scale, exec);
       }
     });
     attention_timer.reset();

@@ -26,7 +26,7 @@ struct BackwardOptions {
   // MoE load-balancing loss (as HF's load_balancing_loss_func over this
   // call's tokens and MoE layers): coef * E * sum_e f_e P_e. 0: off.
   double aux_loss_coef = 0.0;
-  double aux_loss_weight = 1.0;         // this call's share of the step's aux loss
+  double aux_loss_weight = 1.0;  // this call's share of the step's aux loss
 };
 
 // The batch must be whole sequences, each one slot's positions 0..len-1 in
@@ -38,13 +38,13 @@ struct BackwardOptions {
 // learner owns one, and once it has grown backward() allocates nothing of its
 // own (the backward GEMMs' operand copies are linear_grad's).
 struct BackwardWorkspace {
-  std::vector<float> rope_cos, rope_sin;        // [n, head_dim / 2]
-  std::vector<float> dx, dxn, tmp;              // [n, H]
+  std::vector<float> rope_cos, rope_sin;  // [n, head_dim / 2]
+  std::vector<float> dx, dxn, tmp;        // [n, H]
   std::vector<float> dq, dk, dv, datt, dq_raw, dk_raw;
-  std::vector<float> dh, dg, du;                // an MLP's [m, F]
+  std::vector<float> dh, dg, du;                                       // an MLP's [m, F]
   std::vector<float> dweights, dye, dxe, dlog, probs, aux_grad, daux;  // MoE
-  std::vector<double> count, psum;              // MoE aux loss statistics [E]
-  std::vector<std::pair<int64_t, int64_t>> seqs;  // (first row, length)
+  std::vector<double> count, psum;                                     // MoE aux loss statistics [E]
+  std::vector<std::pair<int64_t, int64_t>> seqs;                       // (first row, length)
 };
 
 double backward(const Model& model, const ParamTable& layout, const BackwardWeights& bw, const KvCache& cache,

@@ -1,9 +1,9 @@
 #include "learner/learner.h"
 
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <optional>
-#include <cmath>
 
 #include "kernels/ops/ops.h"
 #include "kernels/ops/ops_backward.h"
@@ -20,13 +20,18 @@ const SettingsTable<LearnerConfig>& learner_fields() {
     SettingsTable<L> t = {
         field<L>("micro_batch_tokens", "Token budget of a micro-batch (sequences are packed)", &L::micro_batch_tokens)
             .min(1),
-        field<L>("recipe.plan", "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)", [](L& l) -> auto& {
-          return l.recipe.plan;
-        }).cli("recipe"),
-        field<L>("recipe.hybrid", "MXFP8: E5M2 gradients (HYBRID)", [](L& l) -> auto& { return l.recipe.hybrid; }),
-        field<L>("recipe.floor", "MXFP8: floor scale rule instead of rceil", [](L& l) -> auto& { return l.recipe.floor; }),
-        field<L>("recipe.requant_every_microbatch", "Remake the weight quantizations every micro-batch (to measure their cost)",
-                 [](L& l) -> auto& { return l.recipe.requant_every_microbatch; }),
+        field<L>(
+            "recipe.plan", "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)",
+            [](L & l) -> auto& { return l.recipe.plan; })
+            .cli("recipe"),
+        field<L>(
+            "recipe.hybrid", "MXFP8: E5M2 gradients (HYBRID)", [](L & l) -> auto& { return l.recipe.hybrid; }),
+        field<L>(
+            "recipe.floor", "MXFP8: floor scale rule instead of rceil", [](L & l) -> auto& { return l.recipe.floor; }),
+        field<L>(
+            "recipe.requant_every_microbatch",
+            "Remake the weight quantizations every micro-batch (to measure their cost)",
+            [](L & l) -> auto& { return l.recipe.requant_every_microbatch; }),
     };
     for (auto& f : setting_nest<L>(optim_fields(), &L::optim, "optim.")) t.push_back(std::move(f));
     t.push_back(field<L>("aux_loss_coef", "MoE load-balancing loss coefficient", &L::aux_loss_coef));
@@ -69,7 +74,10 @@ PrecisionPlan Recipe::precision_plan() const {
 }
 
 Learner::Learner(ParamTable masters, LearnerConfig cfg, const Exec& exec)
-    : params_(std::move(masters)), cfg_(std::move(cfg)), plan_(cfg_.recipe.precision_plan()), exec_(exec),
+    : params_(std::move(masters)),
+      cfg_(std::move(cfg)),
+      plan_(cfg_.recipe.precision_plan()),
+      exec_(exec),
       opt_(params_, cfg_.optim) {
   if (cfg_.micro_batch_tokens < 1) fail("micro_batch_tokens must be positive, got {}", cfg_.micro_batch_tokens);
 }

@@ -37,9 +37,9 @@ std::vector<std::vector<size_t>> pack_micro_batches(const std::vector<Sequence>&
 // The training recipes: "bf16" and "mxfp8" (and "fp32" for tests), with the
 // MX options of docs/reference.md §4.
 struct Recipe {
-  std::string plan = "mxfp8";          // a precision plan name (model/plan.h) or TOML path
-  bool hybrid = false;                 // E5M2 gradients (MX linears)
-  bool floor = false;                  // floor scale rule instead of rceil (MX linears)
+  std::string plan = "mxfp8";             // a precision plan name (model/plan.h) or TOML path
+  bool hybrid = false;                    // E5M2 gradients (MX linears)
+  bool floor = false;                     // floor scale rule instead of rceil (MX linears)
   bool requant_every_microbatch = false;  // remake the weight quantizations per micro-batch
   PrecisionPlan precision_plan() const;   // the plan with the options applied
   ElemType grad_elem() const { return hybrid ? ElemType::E5M2 : ElemType::E4M3; }
@@ -99,13 +99,13 @@ class PairwiseSum {
 };
 
 struct StepResult {
-  double loss = 0;          // mean cross-entropy over the targets, or -sum(weight * log p) with weights
-  double aux_loss = 0;      // MoE load-balancing loss (token-weighted over micro-batches)
+  double loss = 0;      // mean cross-entropy over the targets, or -sum(weight * log p) with weights
+  double aux_loss = 0;  // MoE load-balancing loss (token-weighted over micro-batches)
   int64_t tokens = 0, targets = 0, micro_batches = 0;
   OptimStats optim{};
-  PhaseTimes times;         // weight quantization, activation quantization, GEMMs
+  PhaseTimes times;              // weight quantization, activation quantization, GEMMs
   double optimizer_seconds = 0;  // the AdamW update
-  double seconds = 0;       // the whole step
+  double seconds = 0;            // the whole step
 };
 
 class Learner {
@@ -126,7 +126,8 @@ class Learner {
   // gets one entry per micro-batch (NaN for those not computed here) and
   // `mb_aux` likewise; sum them in micro-batch order for the step's loss.
   std::vector<std::pair<int64_t, std::vector<float>>> shard_grads(const std::vector<Sequence>& batch, GradShard shard,
-                                                                  std::vector<double>& mb_loss, std::vector<double>& mb_aux,
+                                                                  std::vector<double>& mb_loss,
+                                                                  std::vector<double>& mb_aux,
                                                                   StepResult* info = nullptr, float temperature = 1.0f);
   // The optimizer update with a gradient summed elsewhere (data-parallel).
   OptimStats apply_grads(const std::vector<float>& grads);

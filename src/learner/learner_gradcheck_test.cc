@@ -60,8 +60,8 @@ std::vector<Sequence> make_batch(uint64_t seed, int64_t vocab, const std::vector
 struct TensorStats {
   std::string name;
   int checked = 0;
-  double max_fd = 0, max_g = 0, max_err = 0;      // the loss (ce + aux)
-  double max_aux_fd = 0, max_aux_err = 0;         // the aux loss alone (aux runs)
+  double max_fd = 0, max_g = 0, max_err = 0;  // the loss (ce + aux)
+  double max_aux_fd = 0, max_aux_err = 0;     // the aux loss alone (aux runs)
 };
 
 struct CheckResult {
@@ -73,8 +73,8 @@ struct CheckResult {
   std::string worst_tensor;
 };
 
-constexpr double kStep = 1e-5;      // central differences of the double reference
-constexpr double kRelTol = 1e-3;    // per tensor: max |fd - g| <= kRelTol * max |fd| + kAbsTol
+constexpr double kStep = 1e-5;    // central differences of the double reference
+constexpr double kRelTol = 1e-3;  // per tensor: max |fd - g| <= kRelTol * max |fd| + kAbsTol
 constexpr double kAbsTol = 1e-6;
 
 double tolerance(double max_fd) { return kRelTol * max_fd + kAbsTol; }
@@ -212,10 +212,11 @@ CheckResult run_check(const char* label, const ModelConfig& c, uint64_t seed, fl
     res.tensors.push_back(st);
   }
 
-  std::printf("[%s] %zu micro-batch(es): loss %.9f (reference %.9f, rel %.2e), aux %.6e (reference %.6e), "
-              "routing margin %.3e, %d coordinates checked, %d skipped\n",
-              label, mbs.size(), res.loss, base.ce, std::abs(res.loss - base.ce) / base.ce, res.aux, base.aux,
-              base.min_margin, res.checked, res.skipped);
+  std::printf(
+      "[%s] %zu micro-batch(es): loss %.9f (reference %.9f, rel %.2e), aux %.6e (reference %.6e), "
+      "routing margin %.3e, %d coordinates checked, %d skipped\n",
+      label, mbs.size(), res.loss, base.ce, std::abs(res.loss - base.ce) / base.ce, res.aux, base.aux, base.min_margin,
+      res.checked, res.skipped);
   std::vector<const TensorStats*> order;
   for (const TensorStats& st : res.tensors) order.push_back(&st);
   std::sort(order.begin(), order.end(), [](const TensorStats* a, const TensorStats* b) {
@@ -230,9 +231,8 @@ CheckResult run_check(const char* label, const ModelConfig& c, uint64_t seed, fl
 
   for (const TensorStats& st : res.tensors) {
     EXPECT_GE(st.checked, 3) << label << ": " << st.name;
-    EXPECT_LE(st.max_err, tolerance(st.max_fd))
-        << label << ": " << st.name << " max|fd - g| " << st.max_err << " with max|fd| " << st.max_fd
-        << ", max|g| " << st.max_g;
+    EXPECT_LE(st.max_err, tolerance(st.max_fd)) << label << ": " << st.name << " max|fd - g| " << st.max_err
+                                                << " with max|fd| " << st.max_fd << ", max|g| " << st.max_g;
   }
   EXPECT_LE(res.skipped, res.checked / 50) << label << ": too many routing flips";
   return res;

@@ -205,8 +205,7 @@ TEST_P(LearnerPlans, ShardedGradientsSumToTheSameBitsForAnyRankCount) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, LearnerPlans,
                          ::testing::Combine(::testing::Bool(),
-                                            ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-floor",
-                                                              "mxfp8-half")));
+                                            ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-floor", "mxfp8-half")));
 
 // Linears that read the same input share its quantization only when their
 // precisions agree: with k and up in BF16 and q, v, gate in MXFP8 (and q in
@@ -245,7 +244,8 @@ TEST(Learner, MixedPrecisionsAmongLinearsThatShareAnInput) {
       std::vector<float> logits(n * cfg.vocab_size);
       ForwardTrace tr;
       forward(sampler, cache, tb, logits.data(), {}, nullptr, &tr);
-      auto alone = [&](const PreparedLinear& L, const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+      auto alone = [&](const PreparedLinear& L, const std::vector<float>& x, const std::vector<float>& y,
+                       const char* what) {
         std::vector<float> mine(n * L.n), scratch;
         L.forward(x.data(), n, mine.data(), scratch, {});
         ASSERT_EQ(y.size(), mine.size()) << what;

@@ -74,8 +74,10 @@ TEST_P(LinearGrad, DgradAndWgradMatchTheBriefsOperands) {
       return acc;
     }
     for (int64_t j = 0; j < len; j += 2) {
-      if (j + 1 < len) acc = detail::bf16_dot_step(acc, a(j + 1), b(j + 1));
-      else acc = detail::bf16_dot_step(acc, 0.0f, 0.0f);
+      if (j + 1 < len)
+        acc = detail::bf16_dot_step(acc, a(j + 1), b(j + 1));
+      else
+        acc = detail::bf16_dot_step(acc, 0.0f, 0.0f);
       acc = detail::bf16_dot_step(acc, a(j), b(j));
     }
     return acc;

@@ -17,7 +17,7 @@ namespace mxrl {
 
 namespace {
 
-constexpr int64_t kNormBlock = 4096;      // elements per double partial sum
+constexpr int64_t kNormBlock = 4096;       // elements per double partial sum
 constexpr int64_t kUpdateGrain = 1 << 15;  // elements per parallel_for chunk, at least
 
 const char* schedule_name(LrSchedule s) { return s == LrSchedule::Cosine ? "cosine" : "constant"; }
@@ -29,17 +29,17 @@ const SettingsTable<OptimConfig>& optim_fields() {
   using O = OptimConfig;
   static const SettingsTable<O> t = [] {
     SettingsTable<O> t = {
-      field<O>("lr", "Peak learning rate", &O::lr).above(0),
-      field<O>("warmup_steps", "Linear warmup steps", &O::warmup_steps).min(0).cli("warmup"),
-      setting_enum_field<O>("schedule", "Learning-rate schedule after the warmup", &O::schedule,
+        field<O>("lr", "Peak learning rate", &O::lr).above(0),
+        field<O>("warmup_steps", "Linear warmup steps", &O::warmup_steps).min(0).cli("warmup"),
+        setting_enum_field<O>("schedule", "Learning-rate schedule after the warmup", &O::schedule,
                               std::vector<LrSchedule>{LrSchedule::Constant, LrSchedule::Cosine}, schedule_name),
-      field<O>("min_lr_ratio", "Cosine floor as a fraction of --lr", &O::min_lr_ratio).range(0, 1),
-      field<O>("weight_decay", "AdamW decoupled weight decay (linears, embeddings)", &O::weight_decay).min(0),
-      field<O>("clip_norm", "Gradient clipping by global norm (0: off)", &O::clip_norm).cli("clip"),
-      field<O>("beta1", "AdamW beta1 (momentum)", &O::beta1).min(0).below(1),
-      field<O>("beta2", "AdamW beta2", &O::beta2).min(0).below(1),
-      field<O>("eps", "AdamW epsilon", &O::eps).above(0).no_cli(),
-      field<O>("total_steps", "Cosine: the step at which lr reaches its floor", &O::total_steps).min(0).no_cli(),
+        field<O>("min_lr_ratio", "Cosine floor as a fraction of --lr", &O::min_lr_ratio).range(0, 1),
+        field<O>("weight_decay", "AdamW decoupled weight decay (linears, embeddings)", &O::weight_decay).min(0),
+        field<O>("clip_norm", "Gradient clipping by global norm (0: off)", &O::clip_norm).cli("clip"),
+        field<O>("beta1", "AdamW beta1 (momentum)", &O::beta1).min(0).below(1),
+        field<O>("beta2", "AdamW beta2", &O::beta2).min(0).below(1),
+        field<O>("eps", "AdamW epsilon", &O::eps).above(0).no_cli(),
+        field<O>("total_steps", "Cosine: the step at which lr reaches its floor", &O::total_steps).min(0).no_cli(),
     };
     for (auto& f : t) f.optional_key();  // from_json: a missing key keeps the default
     return t;
@@ -54,8 +54,7 @@ void OptimConfig::validate() const {
     fail("{}: weight_decay {} times lr {} must be below 1 (the decay factor is 1 - lr * weight_decay)", ctx,
          weight_decay, lr);
   if (schedule == LrSchedule::Cosine && total_steps <= warmup_steps)
-    fail("{}: total_steps ({}) must exceed warmup_steps ({}) for the cosine schedule", ctx, total_steps,
-         warmup_steps);
+    fail("{}: total_steps ({}) must exceed warmup_steps ({}) for the cosine schedule", ctx, total_steps, warmup_steps);
 }
 
 nlohmann::json OptimConfig::to_json() const { return settings_to_json(optim_fields(), *this); }
@@ -176,8 +175,7 @@ OptimStats AdamW::step(ParamTable& params, const std::vector<float>& grads, cons
   if (static_cast<int64_t>(grads.size()) != numel_)
     fail("AdamW step {}: the gradient has {} elements, the parameters {}", step_, grads.size(), numel_);
   if (static_cast<int64_t>(m_.size()) != numel_ || static_cast<int64_t>(v_.size()) != numel_)
-    fail("AdamW step {}: the moments have {} and {} elements, the parameters {}", step_, m_.size(), v_.size(),
-         numel_);
+    fail("AdamW step {}: the moments have {} and {} elements, the parameters {}", step_, m_.size(), v_.size(), numel_);
   {
     const auto runs = decay_runs(params);
     bool same = runs.size() == segments_.size();

@@ -15,8 +15,8 @@
 #include "model/checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/text.h"
 #include "util/json_read.h"
+#include "util/text.h"
 
 #include <xxhash.h>
 
@@ -71,7 +71,8 @@ std::vector<std::string> state_files(const fs::path& dir) {
 // A further file's name: plain, and not one of the state's own.
 bool plain_name(const std::string& n) {
   if (n.empty() || n == "." || n == ".." || n == kStateFile || n == kOptimizerFile) return false;
-  if (n == "config.json" || n == "model.safetensors" || n == "tokenizer.json" || n == "tokenizer_config.json") return false;
+  if (n == "config.json" || n == "model.safetensors" || n == "tokenizer.json" || n == "tokenizer_config.json")
+    return false;
   return n.find('/') == std::string::npos && n.find('\\') == std::string::npos;
 }
 
@@ -87,8 +88,9 @@ StateFile parse_state_file(const fs::path& path) {
     fail("{}: unsupported version {} (this build reads version {})", file, j["version"].dump(), kTrainStateVersion);
   if (!j.contains("step")) fail("{}: no \"step\"", file);
   const nlohmann::json& step = j["step"];
-  if (!step.is_number_integer() || (step.is_number_unsigned() && step.get<uint64_t>() >
-                                                                      static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
+  if (!step.is_number_integer() ||
+      (step.is_number_unsigned() &&
+       step.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
       step.get<int64_t>() < 0)
     fail("{}: step must be a non-negative integer, got {}", file, step.dump());
   if (!j.contains("meta")) fail("{}: no \"meta\"", file);
@@ -158,8 +160,7 @@ void save_train_state(const std::string& dir, const TrainState& s) {
 
   write_dir_atomic(dir, [&](const std::string& tmp) {
     for (const auto& [name, bytes] : s.files) write_file_atomic((fs::path(tmp) / name).string(), bytes);
-    write_checkpoint_files(tmp, s.config, s.params, DType::F32, {}, s.tokenizer_json,
-                           s.tokenizer_config_json);
+    write_checkpoint_files(tmp, s.config, s.params, DType::F32, {}, s.tokenizer_json, s.tokenizer_config_json);
     SafetensorsWriter w;
     for (const char* which : {"m", "v"}) {
       const std::vector<float>& x = which[0] == 'm' ? s.m : s.v;
@@ -200,8 +201,14 @@ TrainState load_train_state(const std::string& dir_s) {
   Checkpoint ck = load_checkpoint(dir_s);
   if (ck.dtype != DType::F32)
     fail("{}: the weights are {}; a train state holds F32 master weights", dir_s, dtype_name(ck.dtype));
-  TrainState s{std::move(ck.config), std::move(ck.params), {}, {}, sf.step, std::move(sf.meta),
-               std::move(ck.tokenizer_json), std::move(ck.tokenizer_config_json)};
+  TrainState s{std::move(ck.config),
+               std::move(ck.params),
+               {},
+               {},
+               sf.step,
+               std::move(sf.meta),
+               std::move(ck.tokenizer_json),
+               std::move(ck.tokenizer_config_json)};
   // The model is the one the state recorded, parameter for parameter.
   for (const ParamInfo& p : s.params.entries()) {
     const auto it = sf.shapes.find(p.name);

@@ -24,8 +24,8 @@
 // config.torch_dtype reads back as "float32", the dtype the weights are stored in.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -36,10 +36,10 @@ namespace mxrl {
 
 struct TrainState {
   ModelConfig config;
-  ParamTable params;         // FP32 master weights
-  std::vector<float> m, v;   // AdamW moments, the layout of params.storage()
-  int64_t step = 0;          // optimizer steps taken
-  nlohmann::json meta = nlohmann::json::object();  // run settings, data position, RNG state: opaque here
+  ParamTable params;                                  // FP32 master weights
+  std::vector<float> m, v;                            // AdamW moments, the layout of params.storage()
+  int64_t step = 0;                                   // optimizer steps taken
+  nlohmann::json meta = nlohmann::json::object();     // run settings, data position, RNG state: opaque here
   std::string tokenizer_json, tokenizer_config_json;  // empty: not written
   // Further files of the state (name -> bytes; plain names, listed in
   // trainer_state.json as "files"): e.g. an RL run's rollout generated ahead.

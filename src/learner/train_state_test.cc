@@ -120,9 +120,9 @@ TEST_F(TrainStateTest, RoundTripIsBitwise) {
     const TrainState s = make_state(moe, moe ? 10 : 20);
     const fs::path dir = root_ / (moe ? "moe" : "dense");
     save_train_state(dir.string(), s);
-    EXPECT_EQ(entries(dir), (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors",
-                                                      "tokenizer.json", "tokenizer_config.json",
-                                                      "trainer_state.json"}));
+    EXPECT_EQ(entries(dir),
+              (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json", "trainer_state.json"}));
     const TrainState t = load_train_state(dir.string());
     expect_same(s, t);
 
@@ -244,18 +244,15 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
   expect_error([&] { set_state(R"({"format": "hf-trainer", "version": 2, "step": 1, "meta": {}})"); }, state,
                "format is \"hf-trainer\"");
   expect_error([&] { set_state(R"({"version": 2, "step": 1, "meta": {}})"); }, state, "no \"format\"");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "step": 1, "meta": {}})"); },
-               state, "unsupported version 1 (this build reads version 2)");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "step": 1, "meta": {}})"); }, state,
-               "no \"version\"");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": -1, "meta": {}})"); },
-               state, "step must be a non-negative integer");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": "3", "meta": {}})"); },
-               state, "step must be a non-negative integer");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "meta": {}})"); }, state,
-               "no \"step\"");
-  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": 3})"); }, state,
-               "no \"meta\"");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 1, "step": 1, "meta": {}})"); }, state,
+               "unsupported version 1 (this build reads version 2)");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "step": 1, "meta": {}})"); }, state, "no \"version\"");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": -1, "meta": {}})"); }, state,
+               "step must be a non-negative integer");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": "3", "meta": {}})"); }, state,
+               "step must be a non-negative integer");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "meta": {}})"); }, state, "no \"step\"");
+  expect_error([&] { set_state(R"({"format": "mxrl-train-state", "version": 2, "step": 3})"); }, state, "no \"meta\"");
   expect_error(
       [&] {
         rewrite_opt([](SafetensorsWriter& w, const TensorView& t) {
@@ -310,8 +307,9 @@ TEST_F(TrainStateTest, LoadErrorsNameTheFileAndProblem) {
             std::string::npos);
   // A plain checkpoint is not a train state.
   save_checkpoint((root_ / "plain").string(), good.config, good.params, DType::F32);
-  EXPECT_NE(error_of([&] { load_train_state((root_ / "plain").string()); })
-                .find((root_ / "plain" / "trainer_state.json").string() + ": missing"),
+  EXPECT_NE(error_of([&] {
+              load_train_state((root_ / "plain").string());
+            }).find((root_ / "plain" / "trainer_state.json").string() + ": missing"),
             std::string::npos);
 }
 
@@ -403,7 +401,8 @@ TEST_F(TrainStateTest, AFileThatChangedAfterTheSaveIsRefusedNamingIt) {
   TrainState good = make_state(false, 7);
   good.files["rollout.bin"] = "pending samples";
   const fs::path dir = root_ / "state";
-  for (const char* file : {"model.safetensors", "optimizer.safetensors", "config.json", "tokenizer.json", "rollout.bin"}) {
+  for (const char* file :
+       {"model.safetensors", "optimizer.safetensors", "config.json", "tokenizer.json", "rollout.bin"}) {
     fs::remove_all(dir);
     save_train_state(dir.string(), good);
     const fs::path p = dir / file;
@@ -459,7 +458,9 @@ TEST_F(TrainStateTest, NonFiniteOptimizerStateIsRefused) {
     reseal(dir);  // a state saved that way, not one corrupted after the save
     const std::string msg = error_of([&] { load_train_state(dir.string()); });
     EXPECT_EQ(msg, opt + ": tensor '" + (std::isnan(bad) ? "m" : "v") + ".model.norm.weight' holds " +
-                       (std::isnan(bad) ? "NaN" : bad > 0 ? "+inf" : "-inf") +
+                       (std::isnan(bad) ? "NaN"
+                        : bad > 0       ? "+inf"
+                                        : "-inf") +
                        " at element 5; the optimizer state must be finite");
   }
 }

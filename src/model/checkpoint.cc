@@ -11,8 +11,8 @@
 #include "numerics/formats.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/text.h"
 #include "util/json_read.h"
+#include "util/text.h"
 
 namespace mxrl {
 namespace fs = std::filesystem;
@@ -37,9 +37,7 @@ void to_f32(const TensorView& t, float* out, const std::string& file) {
         out[i] = f16_to_f32(h);
       }
       break;
-    default:
-      fail("{}: tensor '{}' has dtype {}; checkpoints hold F32, BF16 or F16", file, t.name,
-           dtype_name(t.dtype));
+    default: fail("{}: tensor '{}' has dtype {}; checkpoints hold F32, BF16 or F16", file, t.name, dtype_name(t.dtype));
   }
 }
 
@@ -72,13 +70,12 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
     const nlohmann::json j = json_parse(read_text_file(index), index.string());
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
-      fail("{}: no weight_map object", index.string());
+    if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail("{}: no weight_map object", index.string());
     std::set<std::string> seen;
     for (auto& [name, file] : j["weight_map"].items()) {
       if (!file.is_string()) fail("{}: weight_map entry '{}' is not a file name", index.string(), name);
       const std::string f = file.get<std::string>();
-      if (f.find('/') != std::string::npos || f == ".." )
+      if (f.find('/') != std::string::npos || f == "..")
         fail("{}: shard '{}' must be a file name in the directory", index.string(), f);
       ck.shard_of[name] = f;
       if (seen.insert(f).second) files.push_back(f);
@@ -105,8 +102,7 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
       }
       const ParamInfo& p = ck.params.entries()[i];
       if (t.shape != p.shape)
-        fail("{}: tensor '{}' has shape {}, the config needs {}", path, t.name, shape_str(t.shape),
-             shape_str(p.shape));
+        fail("{}: tensor '{}' has shape {}, the config needs {}", path, t.name, shape_str(t.shape), shape_str(p.shape));
       if (loaded[i]) fail("{}: tensor '{}' appears twice", path, t.name);
       to_f32(t, ck.params.data(i), path);
       loaded[i] = true;
@@ -126,8 +122,8 @@ Checkpoint load_checkpoint(const std::string& dir_s) {
 
 namespace {
 // The argument checks of save_checkpoint, before anything is written; errors name `label`.
-void check_save_args(const std::string& label, const ParamTable& params,
-                     DType dtype, const std::map<std::string, std::string>& shard_of) {
+void check_save_args(const std::string& label, const ParamTable& params, DType dtype,
+                     const std::map<std::string, std::string>& shard_of) {
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
     fail("{}: checkpoints are saved as F32, BF16 or F16, not {}", label, dtype_name(dtype));
   if (params.numel() == 0) fail("{}: the parameter table has no storage", label);
@@ -137,9 +133,9 @@ void check_save_args(const std::string& label, const ParamTable& params,
 }
 }  // namespace
 
-void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
-                            DType dtype, const std::map<std::string, std::string>& shard_of,
-                            const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
+void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config, const ParamTable& params, DType dtype,
+                            const std::map<std::string, std::string>& shard_of, const std::string& tokenizer_json,
+                            const std::string& tokenizer_config_json) {
   check_save_args(dir_s, params, dtype, shard_of);
   const fs::path dir(dir_s);
   // Group tensors by shard, keeping the table's order within each.
@@ -167,9 +163,9 @@ void write_checkpoint_files(const std::string& dir_s, const ModelConfig& config,
     write_file_atomic((dir / "tokenizer_config.json").string(), tokenizer_config_json);
 }
 
-void save_checkpoint(const std::string& dir_s, const ModelConfig& config, const ParamTable& params,
-                     DType dtype, const std::map<std::string, std::string>& shard_of,
-                     const std::string& tokenizer_json, const std::string& tokenizer_config_json) {
+void save_checkpoint(const std::string& dir_s, const ModelConfig& config, const ParamTable& params, DType dtype,
+                     const std::map<std::string, std::string>& shard_of, const std::string& tokenizer_json,
+                     const std::string& tokenizer_config_json) {
   check_save_args(dir_s, params, dtype, shard_of);
   write_dir_atomic(dir_s, [&](const std::string& tmp) {
     write_checkpoint_files(tmp, config, params, dtype, shard_of, tokenizer_json, tokenizer_config_json);

@@ -17,9 +17,9 @@ namespace mxrl {
 struct Checkpoint {
   ModelConfig config;
   ParamTable params;
-  DType dtype = DType::F32;           // the dtype the tensors were stored in
+  DType dtype = DType::F32;                     // the dtype the tensors were stored in
   std::map<std::string, std::string> shard_of;  // tensor -> shard file; empty: one file
-  std::string tokenizer_json;                 // tokenizer.json contents, if the directory had one
+  std::string tokenizer_json;                   // tokenizer.json contents, if the directory had one
   std::string tokenizer_config_json;
 };
 
@@ -27,9 +27,8 @@ Checkpoint load_checkpoint(const std::string& dir);
 
 // dtype: F32, BF16 or F16 (values rounded to nearest even). shard_of as in
 // Checkpoint (empty: a single model.safetensors).
-void save_checkpoint(const std::string& dir, const ModelConfig& config, const ParamTable& params,
-                     DType dtype, const std::map<std::string, std::string>& shard_of = {},
-                     const std::string& tokenizer_json = {},
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const ParamTable& params, DType dtype,
+                     const std::map<std::string, std::string>& shard_of = {}, const std::string& tokenizer_json = {},
                      const std::string& tokenizer_config_json = {});
 void save_checkpoint(const std::string& dir, const Checkpoint& ck);
 
@@ -37,9 +36,8 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck);
 // (each file atomically, the directory as a whole not): for callers that
 // build a larger directory inside write_dir_atomic (util/atomic_file.h), as
 // save_checkpoint itself does.
-void write_checkpoint_files(const std::string& dir, const ModelConfig& config, const ParamTable& params,
-                            DType dtype, const std::map<std::string, std::string>& shard_of = {},
-                            const std::string& tokenizer_json = {},
-                            const std::string& tokenizer_config_json = {});
+void write_checkpoint_files(const std::string& dir, const ModelConfig& config, const ParamTable& params, DType dtype,
+                            const std::map<std::string, std::string>& shard_of = {},
+                            const std::string& tokenizer_json = {}, const std::string& tokenizer_config_json = {});
 
 }  // namespace mxrl

@@ -15,8 +15,7 @@ namespace mxrl {
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!is_moe()) return false;
-  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
-    return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
@@ -40,8 +39,8 @@ void ModelConfig::validate(const std::string& label) const {
   positive("head_dim", head_dim);
   positive("max_position_embeddings", max_position_embeddings);
   if (num_attention_heads % num_key_value_heads != 0)
-    fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", label,
-         num_attention_heads, num_key_value_heads);
+    fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", label, num_attention_heads,
+         num_key_value_heads);
   if (head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for RoPE", label, head_dim);
   if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) fail("{}: rms_norm_eps must be positive", label);
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail("{}: rope_theta must be positive", label);
@@ -71,12 +70,11 @@ constexpr int64_t kMaxDim = int64_t{1} << 31;
 // when use_sliding_window (refused) is true.
 const std::set<std::string, std::less<>>& inert_keys() {
   static const std::set<std::string, std::less<>> k = {
-      "architectures", "transformers_version", "_name_or_path", "initializer_range", "use_cache",
-      "sliding_window", "max_window_layers", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-      "output_hidden_states", "output_attentions", "return_dict", "chunk_size_feed_forward", "problem_type",
-      "id2label", "label2id", "tokenizer_class", "prefix", "task_specific_params", "finetuning_task",
-      "torchscript", "use_bfloat16", "tf_legacy_loss", "is_decoder", "add_cross_attention", "tie_encoder_decoder",
-      "_attn_implementation_autoset",
+      "architectures", "transformers_version", "_name_or_path", "initializer_range", "use_cache", "sliding_window",
+      "max_window_layers", "pad_token_id", "sep_token_id", "decoder_start_token_id", "output_hidden_states",
+      "output_attentions", "return_dict", "chunk_size_feed_forward", "problem_type", "id2label", "label2id",
+      "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "torchscript", "use_bfloat16",
+      "tf_legacy_loss", "is_decoder", "add_cross_attention", "tie_encoder_decoder", "_attn_implementation_autoset",
       // Qwen3-MoE: whether transformers' own forward returns router logits (and adds the
       // auxiliary loss when training there); mxrl's aux loss is a training setting.
       "output_router_logits"};
@@ -128,9 +126,10 @@ class Fields {
   void refuse_unknown() const {
     for (auto it = j_.begin(); it != j_.end(); ++it)
       if (!seen_.count(it.key()) && !inert_keys().count(it.key()))
-        fail("{}: unknown field {}: mxrl cannot tell whether it changes the model's math, so it refuses the "
-             "config (src/model/config.cc lists the fields it reads, ignores and refuses)",
-             label_, json_brief(nlohmann::json(it.key())));  // quoted and escaped: one line whatever the key
+        fail(
+            "{}: unknown field {}: mxrl cannot tell whether it changes the model's math, so it refuses the "
+            "config (src/model/config.cc lists the fields it reads, ignores and refuses)",
+            label_, json_brief(nlohmann::json(it.key())));  // quoted and escaped: one line whatever the key
   }
 
  private:
@@ -157,9 +156,10 @@ void read_rope(Fields& f, const std::string& label, double& theta) {
   if (scaling && scaling->is_null()) scaling = nullptr;
   if (params && params->is_null()) params = nullptr;
   if (scaling && params && *scaling != *params)
-    fail("{}: rope_scaling and rope_parameters disagree (transformers 5 would use rope_scaling, 4.x ignores "
-         "rope_parameters); keep one",
-         label);
+    fail(
+        "{}: rope_scaling and rope_parameters disagree (transformers 5 would use rope_scaling, 4.x ignores "
+        "rope_parameters); keep one",
+        label);
   const json* rp = scaling ? scaling : params;
   const char* rp_name = scaling ? "rope_scaling" : "rope_parameters";
   if (rp && !rp->is_object()) fail("{}: field '{}' must be an object or null, got {}", label, rp_name, json_brief(*rp));
@@ -170,8 +170,8 @@ void read_rope(Fields& f, const std::string& label, double& theta) {
       const std::string field = fmt::format("{}.{}", rp_name, k);
       const std::string& t = json_string((*rp)[k], fmt::format("{}: field '{}'", label, field));
       if (t != "default")
-        fail("{}: field '{}' = \"{}\" is not supported (mxrl implements only the default, unscaled RoPE)", label,
-             field, t);
+        fail("{}: field '{}' = \"{}\" is not supported (mxrl implements only the default, unscaled RoPE)", label, field,
+             t);
     }
     for (auto it = rp->begin(); it != rp->end(); ++it) {
       const std::string& k = it.key();
@@ -231,23 +231,26 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& label) {
   f.must_be("attention_dropout", 0.0, "mxrl does not implement dropout");
   f.must_be("pruned_heads", json::object(), "mxrl does not implement pruned attention heads");
   if (const json* q = f.find("quantization_config"); q && !q->is_null())
-    fail("{}: field 'quantization_config' is not supported (mxrl loads F32, BF16 or F16 weights and quantizes "
-         "them itself)",
-         label);
+    fail(
+        "{}: field 'quantization_config' is not supported (mxrl loads F32, BF16 or F16 weights and quantizes "
+        "them itself)",
+        label);
   if (const json* lt = f.find("layer_types"); lt && !lt->is_null()) {
     if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.num_hidden_layers)
       fail("{}: field 'layer_types' must list one type per layer ({} layers)", label, c.num_hidden_layers);
     for (size_t i = 0; i < lt->size(); ++i)
       if (json_string((*lt)[i], fmt::format("{}: field 'layer_types'[{}]", label, i)) != "full_attention")
-        fail("{}: field 'layer_types'[{}] = {} is not supported (mxrl implements full causal attention only)", label,
-             i, json_brief((*lt)[i]));
+        fail("{}: field 'layer_types'[{}] = {} is not supported (mxrl implements full causal attention only)", label, i,
+             json_brief((*lt)[i]));
   }
 
   // Informational.
   const json* dtype5 = f.find("dtype");  // 5.x writes dtype, 4.x torch_dtype
   const json* dtype4 = f.find("torch_dtype");
-  if (dtype5 && !dtype5->is_null()) c.torch_dtype = json_string(*dtype5, f.where("dtype"));
-  else if (dtype4 && !dtype4->is_null()) c.torch_dtype = json_string(*dtype4, f.where("torch_dtype"));
+  if (dtype5 && !dtype5->is_null())
+    c.torch_dtype = json_string(*dtype5, f.where("dtype"));
+  else if (dtype4 && !dtype4->is_null())
+    c.torch_dtype = json_string(*dtype4, f.where("torch_dtype"));
   if (const json* b = f.find("bos_token_id"); b && !b->is_null())  // token ids may be null
     c.bos_token_id = json_integer(*b, 0, kMaxDim - 1, f.where("bos_token_id"));
   if (const json* e = f.find("eos_token_id"); e && !e->is_null())
@@ -317,7 +320,7 @@ json ModelConfig::to_json() const {
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
   if (model_type == "qwen3_moe") {
-    j["num_experts"] = num_experts;  // 4.x
+    j["num_experts"] = num_experts;        // 4.x
     j["num_local_experts"] = num_experts;  // 5.x
     j["num_experts_per_tok"] = num_experts_per_tok;
     j["moe_intermediate_size"] = moe_intermediate_size;

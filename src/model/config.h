@@ -25,10 +25,10 @@ struct ModelConfig {
   std::string model_type = "qwen3";  // "qwen3" or "qwen3_moe" (required in config.json)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;     // dense MLP width (required when a layer is dense)
+  int64_t intermediate_size = 0;  // dense MLP width (required when a layer is dense)
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;   // null in a qwen3 config.json: num_attention_heads, as transformers does
+  int64_t num_key_value_heads = 0;  // null in a qwen3 config.json: num_attention_heads, as transformers does
   // [default] qwen3: 128 (Qwen3Config.head_dim); qwen3_moe: hidden_size / num_attention_heads
   // (Qwen3MoeConfig has no head_dim field; the attention falls back to that).
   int64_t head_dim = 0;
@@ -41,10 +41,10 @@ struct ModelConfig {
   int64_t num_experts = 0;  // config.json: num_experts (4.x) or num_local_experts (5.x)
   int64_t num_experts_per_tok = 0;
   int64_t moe_intermediate_size = 0;
-  bool norm_topk_prob = false;          // [default]
-  int64_t decoder_sparse_step = 1;      // [default]
-  std::vector<int64_t> mlp_only_layers; // [default] empty (null reads as empty, as in transformers)
-  double router_aux_loss_coef = 0.001;  // [default]
+  bool norm_topk_prob = false;           // [default]
+  int64_t decoder_sparse_step = 1;       // [default]
+  std::vector<int64_t> mlp_only_layers;  // [default] empty (null reads as empty, as in transformers)
+  double router_aux_loss_coef = 0.001;   // [default]
   // Token ids (optional; transformers' default is null, here -1 / empty)
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;  // config.json: an id or a list of ids

@@ -10,10 +10,20 @@ namespace mxrl {
 namespace {
 
 nlohmann::json moe_json() {
-  return {{"model_type", "qwen3_moe"}, {"vocab_size", 128}, {"hidden_size", 64}, {"intermediate_size", 96},
-          {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
-          {"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
-          {"decoder_sparse_step", 1}, {"mlp_only_layers", {1}}, {"norm_topk_prob", true}};
+  return {{"model_type", "qwen3_moe"},
+          {"vocab_size", 128},
+          {"hidden_size", 64},
+          {"intermediate_size", 96},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 32},
+          {"num_experts", 4},
+          {"num_experts_per_tok", 2},
+          {"moe_intermediate_size", 32},
+          {"decoder_sparse_step", 1},
+          {"mlp_only_layers", {1}},
+          {"norm_topk_prob", true}};
 }
 
 std::string error_of(const nlohmann::json& j) {
@@ -60,22 +70,27 @@ TEST(Config, ErrorsNameTheFileAndField) {
 
 // Integers are never narrowed: floats, booleans, huge and negative values are refused by name.
 TEST(Config, IntegerFieldsRefuseNonIntegersAndOutOfRange) {
-  struct Case { const char* field; nlohmann::json value; const char* phrase; };
-  for (const Case& c : {Case{"hidden_size", 64.0, "field 'hidden_size': expected an integer, got 64.0"},
-                        Case{"hidden_size", 64.5, "field 'hidden_size': expected an integer, got 64.5"},
-                        Case{"num_hidden_layers", true, "field 'num_hidden_layers': expected an integer, got true"},
-                        Case{"vocab_size", uint64_t{1} << 40, "field 'vocab_size': 1099511627776 is out of range"},
-                        Case{"vocab_size", 0, "field 'vocab_size': 0 is out of range [1, "},
-                        Case{"head_dim", -32, "field 'head_dim': -32 is out of range"},
-                        Case{"num_experts_per_tok", "2", "field 'num_experts_per_tok': expected an integer"},
-                        Case{"decoder_sparse_step", 0, "field 'decoder_sparse_step': 0 is out of range"},
-                        Case{"mlp_only_layers", nlohmann::json::array({1.5}), "field 'mlp_only_layers'[0]: expected an integer"},
-                        Case{"eos_token_id", -1, "field 'eos_token_id': -1 is out of range"},
-                        Case{"eos_token_id", nlohmann::json::array({1, 2.5}), "field 'eos_token_id'[1]: expected an integer"},
-                        Case{"rms_norm_eps", "1e-6", "field 'rms_norm_eps': expected a number"},
-                        Case{"norm_topk_prob", 1, "field 'norm_topk_prob': expected true or false"},
-                        Case{"max_position_embeddings", nullptr, "field 'max_position_embeddings' is null"},
-                        Case{"head_dim", nullptr, "field 'head_dim' is null"}}) {
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* phrase;
+  };
+  for (const Case& c :
+       {Case{"hidden_size", 64.0, "field 'hidden_size': expected an integer, got 64.0"},
+        Case{"hidden_size", 64.5, "field 'hidden_size': expected an integer, got 64.5"},
+        Case{"num_hidden_layers", true, "field 'num_hidden_layers': expected an integer, got true"},
+        Case{"vocab_size", uint64_t{1} << 40, "field 'vocab_size': 1099511627776 is out of range"},
+        Case{"vocab_size", 0, "field 'vocab_size': 0 is out of range [1, "},
+        Case{"head_dim", -32, "field 'head_dim': -32 is out of range"},
+        Case{"num_experts_per_tok", "2", "field 'num_experts_per_tok': expected an integer"},
+        Case{"decoder_sparse_step", 0, "field 'decoder_sparse_step': 0 is out of range"},
+        Case{"mlp_only_layers", nlohmann::json::array({1.5}), "field 'mlp_only_layers'[0]: expected an integer"},
+        Case{"eos_token_id", -1, "field 'eos_token_id': -1 is out of range"},
+        Case{"eos_token_id", nlohmann::json::array({1, 2.5}), "field 'eos_token_id'[1]: expected an integer"},
+        Case{"rms_norm_eps", "1e-6", "field 'rms_norm_eps': expected a number"},
+        Case{"norm_topk_prob", 1, "field 'norm_topk_prob': expected true or false"},
+        Case{"max_position_embeddings", nullptr, "field 'max_position_embeddings' is null"},
+        Case{"head_dim", nullptr, "field 'head_dim' is null"}}) {
     auto j = moe_json();
     j[c.field] = c.value;
     EXPECT_NE(error_of(j).find(std::string("cfg.json: ") + c.phrase), std::string::npos)
@@ -114,7 +129,8 @@ TEST(Config, ReadsBothTransformersSpellings) {
   j = v5;
   j["rope_theta"] = 1e4;
   EXPECT_NE(error_of(j).find("rope_theta = 10000.0 and rope_parameters.rope_theta = 1000000.0 disagree"),
-            std::string::npos) << error_of(j);
+            std::string::npos)
+      << error_of(j);
   j = v5;
   j["num_experts"] = 8;
   EXPECT_NE(error_of(j).find("num_experts = 8 and num_local_experts = 4 disagree"), std::string::npos);
@@ -148,25 +164,41 @@ TEST(Config, ReadsAReleaseStyleQwen3Config) {
 
 // What mxrl does not implement is refused by field name, never approximated.
 TEST(Config, RefusesWhatItDoesNotImplement) {
-  struct Case { const char* field; nlohmann::json value; const char* phrase; };
-  for (const Case& c : {
-           Case{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "field 'rope_scaling.rope_type' = \"yarn\" is not supported"},
-           Case{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}, "field 'rope_scaling.type' = \"linear\" is not supported"},
-           Case{"rope_parameters", {{"rope_type", "dynamic"}, {"rope_theta", 1e4}}, "field 'rope_parameters.rope_type' = \"dynamic\""},
-           Case{"rope_parameters", {{"rope_type", "default"}, {"factor", 2.0}}, "field 'rope_parameters.factor' is not supported"},
-           Case{"rope_parameters", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}, "field 'rope_parameters.partial_rotary_factor' = 0.5"},
-           Case{"rope_parameters", "default", "field 'rope_parameters' must be an object or null"},
-           Case{"partial_rotary_factor", 0.5, "field 'partial_rotary_factor' = 0.5 is not supported"},
-           Case{"hidden_act", "gelu", "field 'hidden_act' = \"gelu\" is not supported"},
-           Case{"attention_bias", true, "field 'attention_bias' = true is not supported"},
-           Case{"use_sliding_window", true, "field 'use_sliding_window' = true is not supported"},
-           Case{"attention_dropout", 0.1, "field 'attention_dropout' = 0.1 is not supported"},
-           Case{"layer_types", {"full_attention", "sliding_attention", "full_attention", "full_attention"}, "field 'layer_types'[1] = \"sliding_attention\""},
-           Case{"layer_types", {"full_attention"}, "field 'layer_types' must list one type per layer (4 layers)"},
-           Case{"quantization_config", {{"quant_method", "fp8"}}, "field 'quantization_config' is not supported"},
-           Case{"pruned_heads", {{"0", {1}}}, "field 'pruned_heads' = {\"0\":[1]} is not supported"},
-           Case{"mlp_bias", false, "unknown field \"mlp_bias\""},
-           Case{"rope_parameterz", nullptr, "unknown field \"rope_parameterz\""}}) {
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* phrase;
+  };
+  for (const Case& c :
+       {Case{"rope_scaling",
+             {{"rope_type", "yarn"}, {"factor", 4.0}},
+             "field 'rope_scaling.rope_type' = \"yarn\" is not supported"},
+        Case{"rope_scaling",
+             {{"type", "linear"}, {"factor", 2.0}},
+             "field 'rope_scaling.type' = \"linear\" is not supported"},
+        Case{"rope_parameters",
+             {{"rope_type", "dynamic"}, {"rope_theta", 1e4}},
+             "field 'rope_parameters.rope_type' = \"dynamic\""},
+        Case{"rope_parameters",
+             {{"rope_type", "default"}, {"factor", 2.0}},
+             "field 'rope_parameters.factor' is not supported"},
+        Case{"rope_parameters",
+             {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}},
+             "field 'rope_parameters.partial_rotary_factor' = 0.5"},
+        Case{"rope_parameters", "default", "field 'rope_parameters' must be an object or null"},
+        Case{"partial_rotary_factor", 0.5, "field 'partial_rotary_factor' = 0.5 is not supported"},
+        Case{"hidden_act", "gelu", "field 'hidden_act' = \"gelu\" is not supported"},
+        Case{"attention_bias", true, "field 'attention_bias' = true is not supported"},
+        Case{"use_sliding_window", true, "field 'use_sliding_window' = true is not supported"},
+        Case{"attention_dropout", 0.1, "field 'attention_dropout' = 0.1 is not supported"},
+        Case{"layer_types",
+             {"full_attention", "sliding_attention", "full_attention", "full_attention"},
+             "field 'layer_types'[1] = \"sliding_attention\""},
+        Case{"layer_types", {"full_attention"}, "field 'layer_types' must list one type per layer (4 layers)"},
+        Case{"quantization_config", {{"quant_method", "fp8"}}, "field 'quantization_config' is not supported"},
+        Case{"pruned_heads", {{"0", {1}}}, "field 'pruned_heads' = {\"0\":[1]} is not supported"},
+        Case{"mlp_bias", false, "unknown field \"mlp_bias\""},
+        Case{"rope_parameterz", nullptr, "unknown field \"rope_parameterz\""}}) {
     auto j = moe_json();
     j[c.field] = c.value;
     EXPECT_NE(error_of(j).find(std::string("cfg.json: ") + c.phrase), std::string::npos)
@@ -197,7 +229,7 @@ TEST(Config, RefusesWhatItDoesNotImplement) {
 
 // A field left out takes transformers' own default, and only the listed ones do.
 TEST(Config, DefaultsAreTransformersOwn) {
-  const nlohmann::json dense = {{"model_type", "qwen3"}, {"vocab_size", 128}, {"hidden_size", 64},
+  const nlohmann::json dense = {{"model_type", "qwen3"},   {"vocab_size", 128},      {"hidden_size", 64},
                                 {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
                                 {"num_key_value_heads", 2}};
   const ModelConfig d = ModelConfig::from_json(dense, "d");
@@ -216,7 +248,7 @@ TEST(Config, DefaultsAreTransformersOwn) {
   moe["num_experts_per_tok"] = 2;
   moe["moe_intermediate_size"] = 32;
   const ModelConfig m = ModelConfig::from_json(moe, "m");
-  EXPECT_EQ(m.head_dim, 16);  // Qwen3MoeConfig has no head_dim: hidden / heads
+  EXPECT_EQ(m.head_dim, 16);       // Qwen3MoeConfig has no head_dim: hidden / heads
   EXPECT_FALSE(m.norm_topk_prob);  // Qwen3MoeConfig's default (mxrl used to assume true)
   EXPECT_EQ(m.decoder_sparse_step, 1);
   EXPECT_TRUE(m.mlp_only_layers.empty());

@@ -13,11 +13,11 @@
 #include <fmt/ranges.h>
 
 #include "model/precision.h"
-#include "numerics/fp8_grid.h"
 #include "numerics/formats.h"
+#include "numerics/fp8_grid.h"
 #include "util/error.h"
-#include "util/text.h"
 #include "util/json_read.h"
+#include "util/text.h"
 
 namespace mxrl {
 

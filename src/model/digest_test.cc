@@ -83,8 +83,8 @@ std::set<std::string> changed_names(const std::vector<TensorDigest>& a, const st
   return out;
 }
 
-const std::vector<std::string> kPlans = {"fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8-floor", "fp8-block128",
-                                         "fp8-tensor"};
+const std::vector<std::string> kPlans = {"fp32",        "bf16",         "mxfp8",     "mxfp8-half",
+                                         "mxfp8-floor", "fp8-block128", "fp8-tensor"};
 
 TEST(Digest, SameParamsAndPlanGiveIdenticalManifests) {
   for (bool moe : {false, true}) {
@@ -173,29 +173,41 @@ TEST(Digest, PartsDtypesShapesPerPlan) {
       EXPECT_EQ(t.precision, lp.str()) << t.name;
       switch (lp.precision) {
         case Precision::FP32:
-          EXPECT_EQ(t.part, "f32"); EXPECT_EQ(t.dtype, "F32"); EXPECT_EQ(t.bytes, n * k * 4);
+          EXPECT_EQ(t.part, "f32");
+          EXPECT_EQ(t.dtype, "F32");
+          EXPECT_EQ(t.bytes, n * k * 4);
           EXPECT_EQ(t.shape, info->shape);
           break;
         case Precision::BF16:
-          EXPECT_EQ(t.part, "bf16"); EXPECT_EQ(t.dtype, "BF16"); EXPECT_EQ(t.bytes, n * k * 2);
+          EXPECT_EQ(t.part, "bf16");
+          EXPECT_EQ(t.dtype, "BF16");
+          EXPECT_EQ(t.bytes, n * k * 2);
           EXPECT_EQ(t.shape, info->shape);
           break;
         case Precision::MXFP8:
           if (t.part == "codes") {
-            EXPECT_EQ(t.dtype, "F8_E4M3"); EXPECT_EQ(t.shape, info->shape); EXPECT_EQ(t.bytes, n * k);
+            EXPECT_EQ(t.dtype, "F8_E4M3");
+            EXPECT_EQ(t.shape, info->shape);
+            EXPECT_EQ(t.bytes, n * k);
           } else {
-            EXPECT_EQ(t.part, "scales"); EXPECT_EQ(t.dtype, "F8_E8M0");
-            EXPECT_EQ(t.shape, (std::vector<int64_t>{n, k / 32})); EXPECT_EQ(t.bytes, n * k / 32);
+            EXPECT_EQ(t.part, "scales");
+            EXPECT_EQ(t.dtype, "F8_E8M0");
+            EXPECT_EQ(t.shape, (std::vector<int64_t>{n, k / 32}));
+            EXPECT_EQ(t.bytes, n * k / 32);
           }
           break;
         case Precision::FP8Tensor:
         case Precision::FP8Block128:
           if (t.part == "codes") {
-            EXPECT_EQ(t.dtype, "F8_E4M3"); EXPECT_EQ(t.shape, info->shape); EXPECT_EQ(t.bytes, n * k);
+            EXPECT_EQ(t.dtype, "F8_E4M3");
+            EXPECT_EQ(t.shape, info->shape);
+            EXPECT_EQ(t.bytes, n * k);
           } else {
-            EXPECT_EQ(t.part, "scales"); EXPECT_EQ(t.dtype, "F32");
+            EXPECT_EQ(t.part, "scales");
+            EXPECT_EQ(t.dtype, "F32");
             // Every matrix here is at most 96 x 64: one 128x128 tile, or one per-tensor scale.
-            EXPECT_EQ(t.shape, (std::vector<int64_t>{1, 1})); EXPECT_EQ(t.bytes, 4);
+            EXPECT_EQ(t.shape, (std::vector<int64_t>{1, 1}));
+            EXPECT_EQ(t.bytes, 4);
           }
           break;
       }
@@ -397,9 +409,9 @@ TEST(Digest, TiedLmHeadAppearsOnceUnderItsOwnPrecision) {
     std::copy(p.data(p.index_of(e.name)), p.data(p.index_of(e.name)) + e.numel, untied.data(untied.index_of(e.name)));
   std::copy(m, m + 96 * 64, untied.data(untied.lm_head()));
   const auto lines2 = compare_digests(digests(p, "mxfp8"), digests(untied, "mxfp8"));
-  EXPECT_EQ(lines2, (std::vector<std::string>{
-                        "missing " + std::string(kTiedLmHeadName) + " (bf16(BF16 [96, 64]) [bf16])",
-                        "extra lm_head.weight (bf16(BF16 [96, 64]) [bf16])"}));
+  EXPECT_EQ(lines2,
+            (std::vector<std::string>{"missing " + std::string(kTiedLmHeadName) + " (bf16(BF16 [96, 64]) [bf16])",
+                                      "extra lm_head.weight (bf16(BF16 [96, 64]) [bf16])"}));
 }
 
 TEST(CompareDigests, ReportsASwappedPair) {
@@ -438,7 +450,8 @@ TEST(CompareDigests, ReportsMissingExtraAndDuplicateTensors) {
   EXPECT_EQ(lines[0], "missing " + gone + " (codes(F8_E4M3 [64, 32]), scales(F8_E8M0 [64, 1]) [mxfp8(e4m3,rceil)])");
   // One part missing: the parts differ.
   got = d;
-  got.erase(std::find_if(got.begin(), got.end(), [&](const TensorDigest& t) { return t.name == gone && t.part == "scales"; }));
+  got.erase(std::find_if(got.begin(), got.end(),
+                         [&](const TensorDigest& t) { return t.name == gone && t.part == "scales"; }));
   lines = compare_digests(d, got);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].rfind(gone + ": parts ", 0), 0u) << lines[0];
@@ -462,7 +475,8 @@ TEST(CompareDigests, ReportsHighPrecisionAndGridChanges) {
   learner.router = {Precision::FP32};
   auto lines = compare_digests(model_digests(Model(p, learner)), digests(p, "mxfp8"));
   ASSERT_EQ(lines.size(), 2u);  // two MoE layers
-  EXPECT_EQ(lines[0], "model.layers.0.mlp.gate.weight: parts f32(F32 [4, 64]) [fp32] expected, got bf16(BF16 [4, 64]) [bf16]");
+  EXPECT_EQ(lines[0],
+            "model.layers.0.mlp.gate.weight: parts f32(F32 [4, 64]) [fp32] expected, got bf16(BF16 [4, 64]) [bf16]");
   EXPECT_EQ(lines[1].rfind("model.layers.2.mlp.gate.weight: parts f32(F32", 0), 0u);
   // Norms held in FP32 by the learner, down-cast by the sampler.
   PrecisionPlan f32_norms = PrecisionPlan::named("mxfp8");
@@ -476,8 +490,9 @@ TEST(CompareDigests, ReportsHighPrecisionAndGridChanges) {
   lines = compare_digests(digests(p, "mxfp8"), model_digests(Model(p, e5)));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0], "model.layers.0.self_attn.v_proj.weight [codes]: dtype expected F8_E4M3, got F8_E5M2");
-  EXPECT_EQ(lines[1],
-            "model.layers.0.self_attn.v_proj.weight [scales]: precision expected mxfp8(e4m3,rceil), got mxfp8(e5m2,rceil)");
+  EXPECT_EQ(
+      lines[1],
+      "model.layers.0.self_attn.v_proj.weight [scales]: precision expected mxfp8(e4m3,rceil), got mxfp8(e5m2,rceil)");
   // Another scale rule: same dtypes and shapes, the precision says why.
   lines = compare_digests(digests(p, "mxfp8"), digests(p, "mxfp8-floor"));
   ASSERT_FALSE(lines.empty());

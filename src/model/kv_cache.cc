@@ -46,7 +46,8 @@ void KvCache::reserve(int slot, int64_t n) {
 
 void KvCache::copy_prefix(int src, int dst, int64_t n) {
   if (src == dst) fail("kv cache: copy_prefix from slot {} onto itself", src);
-  if (n < 0 || n > len_[src]) fail("kv cache: copy_prefix of {} positions from slot {} of length {}", n, src, len_[src]);
+  if (n < 0 || n > len_[src])
+    fail("kv cache: copy_prefix of {} positions from slot {} of length {}", n, src, len_[src]);
   reserve(dst, n);
   const size_t bytes = static_cast<size_t>(n * kv_dim_) * sizeof(float);
   for (int64_t l = 0; l < layers_ && n > 0; ++l) {

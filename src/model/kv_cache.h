@@ -13,9 +13,9 @@ namespace mxrl {
 class KvCache {
  public:
   explicit KvCache(const ModelConfig& cfg);
-  int add_sequence();                 // an empty slot (reusing released ones)
-  void reset(int slot);               // length back to 0
-  void release(int slot);             // frees the slot's memory; add_sequence may reuse it
+  int add_sequence();      // an empty slot (reusing released ones)
+  void reset(int slot);    // length back to 0
+  void release(int slot);  // frees the slot's memory; add_sequence may reuse it
   int64_t length(int slot) const { return len_[slot]; }
   int num_slots() const { return static_cast<int>(len_.size()); }
   // Make room for positions [0, n) of a slot.

@@ -39,7 +39,8 @@ PreparedLinear PreparedLinear::payload() const {
 
 void PreparedLinear::validate_and_pack(const Exec& exec) {
   auto expect = [&](const char* part, size_t got, size_t want) {
-    if (got != want) fail("{}: {} holds {} values, {} as {} [{}, {}] needs {}", name, part, got, name, prec.str(), n, k, want);
+    if (got != want)
+      fail("{}: {} holds {} values, {} as {} [{}, {}] needs {}", name, part, got, name, prec.str(), n, k, want);
   };
   const PrecisionTraits& t = precision_traits(prec.precision);
   const HeldSizes want = t.held_sizes(n, k);
@@ -81,8 +82,7 @@ const float* PreparedLinear::gemm_input(const float* x, int64_t m, std::vector<f
   return scratch.data();
 }
 
-void PreparedLinear::multiply(const float* in, int64_t m, float* y, const Exec& exec,
-                              const ForwardOptions& fo) const {
+void PreparedLinear::multiply(const float* in, int64_t m, float* y, const Exec& exec, const ForwardOptions& fo) const {
   if (m == 0) return;
   PhaseTimer timer(exec.times, Phase::Gemm);
   if (fo.gemm_split_k > 1)

@@ -31,11 +31,11 @@ struct PreparedLinear {
   std::string name;
   LinearPrecision prec;
   int64_t n = 0, k = 0;
-  std::vector<float> f32;         // FP32
-  std::vector<uint16_t> bf16;     // BF16
-  std::vector<uint8_t> codes;     // MXFP8 / FP8
-  std::vector<uint8_t> mx_scales; // MXFP8: [n][k/32]
-  std::vector<float> fp8_scales;  // FP8
+  std::vector<float> f32;          // FP32
+  std::vector<uint16_t> bf16;      // BF16
+  std::vector<uint8_t> codes;      // MXFP8 / FP8
+  std::vector<uint8_t> mx_scales;  // MXFP8: [n][k/32]
+  std::vector<float> fp8_scales;   // FP8
   PackedWeight packed;
 
   // From FP32 master weights w[n, k]; throws naming the tensor when the

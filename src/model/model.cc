@@ -16,52 +16,58 @@
 namespace mxrl {
 
 Model::Model(const ParamTable& params, PrecisionPlan plan, const Exec& exec)
-    : Model(params, std::move(plan),
-            [&](int i, const ParamInfo& p, const LinearPrecision& prec) {
-              return PreparedLinear::prepare(p.name, params.data(i), p.shape[0], p.shape[1], prec, exec);
-            },
-            [&](int i, const ParamInfo& p, float* dst) {
-              const float* src = params.data(i);
-              const bool bf16 = plan_.bf16_embeddings;
-              if (bf16) bf16_round(src, p.numel, dst, exec);
-              else std::copy(src, src + p.numel, dst);
-            }) {}
+    : Model(
+          params, std::move(plan),
+          [&](int i, const ParamInfo& p, const LinearPrecision& prec) {
+            return PreparedLinear::prepare(p.name, params.data(i), p.shape[0], p.shape[1], prec, exec);
+          },
+          [&](int i, const ParamInfo& p, float* dst) {
+            const float* src = params.data(i);
+            const bool bf16 = plan_.bf16_embeddings;
+            if (bf16)
+              bf16_round(src, p.numel, dst, exec);
+            else
+              std::copy(src, src + p.numel, dst);
+          }) {}
 
 Model Model::from_shipment(const ModelConfig& cfg, PrecisionPlan plan, const WeightShipment& s, const Exec& exec) {
   const ParamTable layout(cfg, /*allocate=*/false);
   size_t used_linears = 0, used_copies = 0;
-  Model m(layout, std::move(plan),
-          [&](int, const ParamInfo& p, const LinearPrecision& prec) {
-            auto it = s.linears.find(p.name);
-            if (it == s.linears.end()) fail("shipment: missing linear '{}'", p.name);
-            const PreparedLinear& got = it->second;
-            if (got.prec != prec)
-              fail("shipment: '{}' arrived as {}, the plan computes it as {}", p.name, got.prec.str(), prec.str());
-            if (got.n != p.shape[0] || got.k != p.shape[1])
-              fail("shipment: '{}' arrived as [{}, {}], the model needs [{}, {}]", p.name, got.n, got.k, p.shape[0],
-                   p.shape[1]);
-            PreparedLinear L = got.payload();
-            L.name = p.name;
-            L.validate_and_pack(exec);
-            ++used_linears;
-            return L;
-          },
-          [&](int, const ParamInfo& p, float* dst) {
-            auto it = s.copies.find(p.name);
-            if (it == s.copies.end()) fail("shipment: missing tensor '{}'", p.name);
-            if (static_cast<int64_t>(it->second.size()) != p.numel)
-              fail("shipment: '{}' holds {} values, the model needs {}", p.name, it->second.size(), p.numel);
-            std::memcpy(dst, it->second.data(), p.numel * sizeof(float));
-            ++used_copies;
-          });
+  Model m(
+      layout, std::move(plan),
+      [&](int, const ParamInfo& p, const LinearPrecision& prec) {
+        auto it = s.linears.find(p.name);
+        if (it == s.linears.end()) fail("shipment: missing linear '{}'", p.name);
+        const PreparedLinear& got = it->second;
+        if (got.prec != prec)
+          fail("shipment: '{}' arrived as {}, the plan computes it as {}", p.name, got.prec.str(), prec.str());
+        if (got.n != p.shape[0] || got.k != p.shape[1])
+          fail("shipment: '{}' arrived as [{}, {}], the model needs [{}, {}]", p.name, got.n, got.k, p.shape[0],
+               p.shape[1]);
+        PreparedLinear L = got.payload();
+        L.name = p.name;
+        L.validate_and_pack(exec);
+        ++used_linears;
+        return L;
+      },
+      [&](int, const ParamInfo& p, float* dst) {
+        auto it = s.copies.find(p.name);
+        if (it == s.copies.end()) fail("shipment: missing tensor '{}'", p.name);
+        if (static_cast<int64_t>(it->second.size()) != p.numel)
+          fail("shipment: '{}' holds {} values, the model needs {}", p.name, it->second.size(), p.numel);
+        std::memcpy(dst, it->second.data(), p.numel * sizeof(float));
+        ++used_copies;
+      });
   if (used_linears != s.linears.size() || used_copies != s.copies.size()) {
     for (const auto& [name, l] : s.linears)
-      if (!layout.find(name) || (layout.find(name)->role != ParamRole::Linear && !(cfg.tie_word_embeddings && name == layout.entries()[layout.embed()].name)))
+      if (!layout.find(name) || (layout.find(name)->role != ParamRole::Linear &&
+                                 !(cfg.tie_word_embeddings && name == layout.entries()[layout.embed()].name)))
         fail("shipment: unexpected linear '{}'", name);
     for (const auto& [name, c] : s.copies)
-      if (!layout.find(name) || layout.find(name)->role == ParamRole::Linear) fail("shipment: unexpected tensor '{}'", name);
-    fail("shipment: {} linears and {} tensors shipped, {} and {} used", s.linears.size(), s.copies.size(),
-         used_linears, used_copies);
+      if (!layout.find(name) || layout.find(name)->role == ParamRole::Linear)
+        fail("shipment: unexpected tensor '{}'", name);
+    fail("shipment: {} linears and {} tensors shipped, {} and {} used", s.linears.size(), s.copies.size(), used_linears,
+         used_copies);
   }
   return m;
 }
@@ -69,8 +75,10 @@ Model Model::from_shipment(const ModelConfig& cfg, PrecisionPlan plan, const Wei
 WeightShipment Model::ship() const {
   WeightShipment s;
   for_each_tensor([&](const ModelTensor& t) {
-    if (t.linear) s.linears.emplace(t.name, t.linear->payload());
-    else s.copies.emplace(t.name, std::vector<float>(t.copy->data, t.copy->data + t.copy->numel));
+    if (t.linear)
+      s.linears.emplace(t.name, t.linear->payload());
+    else
+      s.copies.emplace(t.name, std::vector<float>(t.copy->data, t.copy->data + t.copy->numel));
   });
   return s;
 }
@@ -189,7 +197,8 @@ void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool f
     return;
   }
   if (unit_scale) {  // ForwardOptions::kv_unit_scale: a static scale of 1.0 instead of amax / 448
-    for (int64_t i = 0; i < kv_heads * hd; ++i) dst[i] = elem_decode(ElemType::E4M3, elem_encode(ElemType::E4M3, src[i]));
+    for (int64_t i = 0; i < kv_heads * hd; ++i)
+      dst[i] = elem_decode(ElemType::E4M3, elem_encode(ElemType::E4M3, src[i]));
     return;
   }
   const Fp8Grid g = Fp8Grid::per_token(hd);  // a row per head
@@ -213,8 +222,8 @@ float* into(std::vector<float>* traced, int64_t size, float* fallback) {
 
 // Linears that read the same x (q, k, v; gate, up): x's activation
 // quantization made once for every one that shares the first one's.
-void forward_same_input(std::initializer_list<std::pair<const PreparedLinear*, float*>> ls, const float* x,
-                        int64_t m, ForwardWorkspace& w, const Exec& exec, const ForwardOptions& fo) {
+void forward_same_input(std::initializer_list<std::pair<const PreparedLinear*, float*>> ls, const float* x, int64_t m,
+                        ForwardWorkspace& w, const Exec& exec, const ForwardOptions& fo) {
   if (m == 0) return;
   const PreparedLinear& first = *ls.begin()->first;
   const float* in = first.gemm_input(x, m, w.scratch, exec, fo);
@@ -227,10 +236,9 @@ void forward_same_input(std::initializer_list<std::pair<const PreparedLinear*, f
 
 // SwiGLU MLP on rows x[m, H] -> y[m, H]. With trace buffers, keeps the
 // gate/up projections and the SwiGLU output.
-void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x,
-         int64_t m, float* y, ForwardWorkspace& w, const Exec& exec, const ForwardOptions& fo,
-         std::vector<float>* t_gate = nullptr,
-         std::vector<float>* t_up = nullptr, std::vector<float>* t_h = nullptr) {
+void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLinear& down, const float* x, int64_t m,
+         float* y, ForwardWorkspace& w, const Exec& exec, const ForwardOptions& fo,
+         std::vector<float>* t_gate = nullptr, std::vector<float>* t_up = nullptr, std::vector<float>* t_h = nullptr) {
   const int64_t F = gate.n;
   if (!t_gate) w.gate.resize(m * F), w.up.resize(m * F);
   float* g = into(t_gate, m * F, w.gate.data());
@@ -296,7 +304,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
   const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads;
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t i = 0; i < n; ++i) {
-    if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size) fail("forward: token id {} out of range [0, {})", b.tokens[i], c.vocab_size);
+    if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size)
+      fail("forward: token id {} out of range [0, {})", b.tokens[i], c.vocab_size);
     if (b.pos[i] >= c.max_position_embeddings)
       fail("forward: position {} exceeds max_position_embeddings {}", b.pos[i], c.max_position_embeddings);
   }
@@ -370,8 +379,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
         for (int64_t it = a; it < e; ++it) {
           const auto [i0, len] = w.runs[it / nkv];
           const int s = b.slot[i0];
-          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.k(s, l, 0), cache.v(s, l, 0),
-                                  kvd, nq, nkv, hd, it % nkv, scale, exec);
+          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.k(s, l, 0), cache.v(s, l, 0), kvd,
+                                  nq, nkv, hd, it % nkv, scale, exec);
         }
       });
     }

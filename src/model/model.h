@@ -85,7 +85,7 @@ class Model {
     int64_t offset, numel;
     std::vector<int64_t> shape;
   };
-  std::vector<CopyInfo> copies_;         // compute_ by parameter, in table order
+  std::vector<CopyInfo> copies_;  // compute_ by parameter, in table order
   std::vector<std::string> param_names_;
   std::vector<PreparedLayer> layers_;
   PreparedLinear lm_head_;

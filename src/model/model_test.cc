@@ -25,7 +25,6 @@ namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-
 std::vector<ScoreRequest> random_requests(int n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<ScoreRequest> reqs;
@@ -82,16 +81,17 @@ TEST_P(BatchInvariance, LogprobsDoNotDependOnBatchingDecodeOrThreads) {
     for (float lp : s) EXPECT_TRUE(std::isfinite(lp) && lp <= 0) << lp;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Plans, BatchInvariance,
-    ::testing::Combine(::testing::Bool(), ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8-floor",
-                                                            "fp8-block128", "fp8-tensor", "mxfp8+fp8kv")),
-    [](const auto& info) {
-      std::string n = std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
-      for (char& ch : n)
-        if (ch == '-' || ch == '+') ch = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Plans, BatchInvariance,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8-floor",
+                                                              "fp8-block128", "fp8-tensor", "mxfp8+fp8kv")),
+                         [](const auto& info) {
+                           std::string n =
+                               std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
+                           for (char& ch : n)
+                             if (ch == '-' || ch == '+') ch = '_';
+                           return n;
+                         });
 
 TEST(Model, PlansChangeResultsButStayClose) {
   ParamTable params(small_test_config(false));
@@ -198,14 +198,15 @@ TEST(Fixtures, AWrongRopeBaseIsCaught) {
     const std::vector<int32_t> toks(ref.tokens.begin(), ref.tokens.begin() + ref.len);
     const auto logits = sequence_logits(model, toks);
     double worst = 0;
-    for (int64_t i = 0; i < ref.len * ref.vocab; ++i) worst = std::max(worst, std::fabs(double(logits[i]) - ref.logits[i]));
+    for (int64_t i = 0; i < ref.len * ref.vocab; ++i)
+      worst = std::max(worst, std::fabs(double(logits[i]) - ref.logits[i]));
     EXPECT_GT(worst, 1e-2) << name;
   }
 }
 
 TEST(Fixtures, CheckpointsResaveUnchanged) {
-  for (const char* name : {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4",
-                           "qwen3-tiny-moe-hf4"}) {
+  for (const char* name :
+       {"qwen3-tiny-dense", "qwen3-tiny-moe", "qwen3-tiny-dense-bf16", "qwen3-tiny-dense-hf4", "qwen3-tiny-moe-hf4"}) {
     const Checkpoint a = load_checkpoint(fixture(name));
     const fs::path out = fs::temp_directory_path() / ("mxrl_resave_" + std::to_string(::getpid()));
     save_checkpoint(out.string(), a);
@@ -261,14 +262,18 @@ TEST(Fixtures, LoadErrorsNameTheTensor) {
       w.add_view(t.name, t.dtype, shape, t.data);
     }
   };
-  expect_error([&](const SafetensorsFile& f, SafetensorsWriter& w) { rebuild(f, w, "model.layers.1.mlp.up_proj.weight", false); },
+  expect_error([&](const SafetensorsFile& f,
+                   SafetensorsWriter& w) { rebuild(f, w, "model.layers.1.mlp.up_proj.weight", false); },
                "missing tensor 'model.layers.1.mlp.up_proj.weight'");
-  expect_error([&](const SafetensorsFile& f, SafetensorsWriter& w) { rebuild(f, w, "model.layers.0.self_attn.k_proj.weight", true); },
+  expect_error([&](const SafetensorsFile& f,
+                   SafetensorsWriter& w) { rebuild(f, w, "model.layers.0.self_attn.k_proj.weight", true); },
                "tensor 'model.layers.0.self_attn.k_proj.weight' has shape");
-  expect_error([&](const SafetensorsFile& f, SafetensorsWriter& w) {
-    rebuild(f, w, "", false);
-    w.add("model.layers.9.mlp.gate_proj.weight", DType::F32, {1}, std::vector<std::byte>(4));
-  }, "unexpected tensor 'model.layers.9.mlp.gate_proj.weight'");
+  expect_error(
+      [&](const SafetensorsFile& f, SafetensorsWriter& w) {
+        rebuild(f, w, "", false);
+        w.add("model.layers.9.mlp.gate_proj.weight", DType::F32, {1}, std::vector<std::byte>(4));
+      },
+      "unexpected tensor 'model.layers.9.mlp.gate_proj.weight'");
   fs::remove_all(dir);
 }
 

@@ -9,8 +9,8 @@ const char* linear_kind_name(LinearKind k) {
   return names[static_cast<int>(k)];
 }
 
-int ParamTable::add(std::string name, std::vector<int64_t> shape, ParamRole role, LinearKind kind,
-                    int layer, int expert) {
+int ParamTable::add(std::string name, std::vector<int64_t> shape, ParamRole role, LinearKind kind, int layer,
+                    int expert) {
   ParamInfo p{std::move(name), std::move(shape), role, kind, layer, expert, 0, 1};
   for (int64_t d : p.shape) p.numel *= d;
   p.offset = entries_.empty() ? 0 : entries_.back().offset + entries_.back().numel;

@@ -18,13 +18,13 @@ enum class LinearKind : uint8_t { Q, K, V, O, Gate, Up, Down, Router, LmHead };
 const char* linear_kind_name(LinearKind k);  // "q", "k", ..., "router", "lm_head"
 
 struct ParamInfo {
-  std::string name;             // checkpoint name, e.g. model.layers.0.self_attn.q_proj.weight
-  std::vector<int64_t> shape;   // [out, in] for linears
+  std::string name;            // checkpoint name, e.g. model.layers.0.self_attn.q_proj.weight
+  std::vector<int64_t> shape;  // [out, in] for linears
   ParamRole role;
   LinearKind linear = LinearKind::Q;  // when role == Linear
-  int layer = -1;               // -1: not in a decoder layer
-  int expert = -1;              // -1: not an expert
-  int64_t offset = 0;           // into the FP32 storage
+  int layer = -1;                     // -1: not in a decoder layer
+  int expert = -1;                    // -1: not an expert
+  int64_t offset = 0;                 // into the FP32 storage
   int64_t numel = 0;
 };
 

@@ -2,9 +2,9 @@
 
 #include <toml++/toml.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <limits>
-#include <fmt/format.h>
 
 #include "model/precision.h"
 #include "util/error.h"
@@ -22,7 +22,8 @@ std::string LinearPrecision::str() const {
 
 LinearPrecision LinearPrecision::parse(const std::string& s) {
   // Every precision str() can print, with defaults where it prints nothing.
-  for (Precision p : {Precision::FP32, Precision::BF16, Precision::MXFP8, Precision::FP8Tensor, Precision::FP8Block128}) {
+  for (Precision p :
+       {Precision::FP32, Precision::BF16, Precision::MXFP8, Precision::FP8Tensor, Precision::FP8Block128}) {
     const WFormat f = precision_traits(p).wformat;
     for (ElemType e : {ElemType::E4M3, ElemType::E5M2, ElemType::E2M3, ElemType::E3M2, ElemType::E2M1}) {
       if (e != ElemType::E4M3 && f != WFormat::MX && f != WFormat::FP8) continue;
@@ -42,8 +43,7 @@ LinearPrecision PrecisionPlan::for_linear(LinearKind kind, int layer, int expert
   LinearPrecision p = decoder;
   auto has = [](const auto& v, auto x) { return v.empty() || std::find(v.begin(), v.end(), x) != v.end(); };
   for (const PlanOverride& o : overrides)
-    if (has(o.layers, layer) && has(o.linears, kind) && (o.experts.empty() || has(o.experts, expert)))
-      p = o.precision;
+    if (has(o.layers, layer) && has(o.linears, kind) && (o.experts.empty() || has(o.experts, expert))) p = o.precision;
   return p;
 }
 
@@ -87,8 +87,8 @@ Precision parse_precision(const std::string& s, const std::string& where) {
 }
 
 LinearKind parse_kind(const std::string& s, const std::string& where) {
-  for (LinearKind k : {LinearKind::Q, LinearKind::K, LinearKind::V, LinearKind::O, LinearKind::Gate,
-                       LinearKind::Up, LinearKind::Down})
+  for (LinearKind k :
+       {LinearKind::Q, LinearKind::K, LinearKind::V, LinearKind::O, LinearKind::Gate, LinearKind::Up, LinearKind::Down})
     if (s == linear_kind_name(k)) return k;
   fail("{}: unknown linear '{}' (q, k, v, o, gate, up, down)", where, s);
 }
@@ -97,8 +97,10 @@ LinearKind parse_kind(const std::string& s, const std::string& where) {
 LinearPrecision parse_linear(const toml::table& t, const std::string& key, LinearPrecision dflt,
                              const std::string& where) {
   LinearPrecision p = dflt;
-  if (auto s = t[key].value<std::string>()) p.precision = parse_precision(*s, where);
-  else if (t.contains(key)) fail("{}: '{}' must be a string", where, key);
+  if (auto s = t[key].value<std::string>())
+    p.precision = parse_precision(*s, where);
+  else if (t.contains(key))
+    fail("{}: '{}' must be a string", where, key);
   if (auto e = t["elem"].value<std::string>()) {
     auto el = elem_from_name(*e);
     if (!el) fail("{}: unknown elem '{}'", where, *e);
@@ -134,11 +136,11 @@ PrecisionPlan PrecisionPlan::load_toml(const std::string& path) {
   } catch (const toml::parse_error& e) {
     fail("{}: invalid TOML at line {}: {}", path, e.source().begin.line, e.description());
   }
-  static const char* known[] = {"name", "default", "elem", "scale_rule", "router", "lm_head", "embeddings", "kv_cache", "override"};
+  static const char* known[] = {"name",    "default",    "elem",     "scale_rule", "router",
+                                "lm_head", "embeddings", "kv_cache", "override"};
   for (const auto& kv : t) {
     const std::string_view key = kv.first.str();
-    if (std::find(std::begin(known), std::end(known), key) == std::end(known))
-      fail("{}: unknown key '{}'", path, key);
+    if (std::find(std::begin(known), std::end(known), key) == std::end(known)) fail("{}: unknown key '{}'", path, key);
   }
   PrecisionPlan p;
   p.name = t["name"].value_or(std::string("custom"));

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "model/params.h"
 #include "numerics/fp8_grid.h"
 #include "numerics/mx.h"
-#include "model/params.h"
 
 namespace mxrl {
 
@@ -54,18 +54,18 @@ struct LinearPrecision {
 };
 
 struct PlanOverride {
-  std::vector<int> layers;           // empty: all
-  std::vector<LinearKind> linears;   // empty: all decoder linears
-  std::vector<int> experts;          // empty: all
+  std::vector<int> layers;          // empty: all
+  std::vector<LinearKind> linears;  // empty: all decoder linears
+  std::vector<int> experts;         // empty: all
   LinearPrecision precision;
 };
 
 struct PrecisionPlan {
   std::string name;
-  LinearPrecision decoder;           // default for q,k,v,o,gate,up,down (and experts)
+  LinearPrecision decoder;  // default for q,k,v,o,gate,up,down (and experts)
   LinearPrecision router{Precision::BF16};
   LinearPrecision lm_head{Precision::BF16};
-  bool bf16_embeddings = true;       // embeddings and norm weights as BF16 compute copies
+  bool bf16_embeddings = true;  // embeddings and norm weights as BF16 compute copies
   // KV cache on the FP8 E4M3 grid: each token's keys and values quantized per
   // KV head (scale = amax / 448) when written. Emulated: the cache holds the
   // dequantized FP32 values, so the numerics are an FP8 cache's, not the memory.

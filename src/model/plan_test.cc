@@ -93,7 +93,8 @@ TEST_F(PlanToml, ErrorsNameTheFile) {
   EXPECT_NE(error_of("default = \"mxfp9\"").find("unknown precision 'mxfp9'"), std::string::npos);
   EXPECT_NE(error_of("name = \"x\"").find("missing 'default'"), std::string::npos);
   EXPECT_NE(error_of("default = \"bf16\"\ncolour = 1").find("unknown key 'colour'"), std::string::npos);
-  EXPECT_NE(error_of("default = \"bf16\"\n[[override]]\nlinears = [\"qkv\"]\nprecision = \"fp32\"").find("unknown linear 'qkv'"),
+  EXPECT_NE(error_of("default = \"bf16\"\n[[override]]\nlinears = [\"qkv\"]\nprecision = \"fp32\"")
+                .find("unknown linear 'qkv'"),
             std::string::npos);
   EXPECT_NE(error_of("default = [").find("invalid TOML"), std::string::npos);
   EXPECT_EQ(error_of("default = \"bf16\""), "");  // and a valid file passes

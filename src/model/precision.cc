@@ -72,9 +72,7 @@ void bf16_round_grad(const LinearPrecision&, ElemType, const float* a, float* ou
                      const Exec& exec) {
   bf16_round(a, rows * cols, out, exec);
 }
-std::vector<HeldPart> bf16_parts(const PreparedLinear& L) {
-  return {part("bf16", DType::BF16, {L.n, L.k}, L.bf16)};
-}
+std::vector<HeldPart> bf16_parts(const PreparedLinear& L) { return {part("bf16", DType::BF16, {L.n, L.k}, L.bf16)}; }
 
 // ---- mxfp8: MX codes + E8M0 scales of the compute copy's 1x32 row blocks ----
 HeldSizes mx_sizes(int64_t n, int64_t k) { return {.codes = n * k, .mx_scales = mx_num_scales(n, k, Axis::Row)}; }
@@ -117,8 +115,8 @@ PackedWeight mx_pack(const LinearPrecision& p, const float* a, int64_t rows, int
   v.elem = p.elem;
   return PackedWeight::pack_transposed(v, exec);
 }
-void mx_round_grad(const LinearPrecision& p, ElemType grad_elem, const float* a, float* out, int64_t rows,
-                   int64_t cols, const Exec& exec) {
+void mx_round_grad(const LinearPrecision& p, ElemType grad_elem, const float* a, float* out, int64_t rows, int64_t cols,
+                   const Exec& exec) {
   mx_round_trip_rows(a, rows, cols, row_blocks(grad_elem, p.rule), out, exec);
 }
 std::vector<HeldPart> mx_parts(const PreparedLinear& L) {
@@ -171,15 +169,15 @@ std::vector<HeldPart> fp8_parts(const PreparedLinear& L) {
 
 // Indexed by Precision.
 const PrecisionTraits kTraits[] = {
-    {Precision::FP32, "fp32", WFormat::F32, false, true, false, f32_sizes, f32_prepare, f32_view, f32_activations, f32_pack,
-     f32_round_grad, f32_parts},
+    {Precision::FP32, "fp32", WFormat::F32, false, true, false, f32_sizes, f32_prepare, f32_view, f32_activations,
+     f32_pack, f32_round_grad, f32_parts},
     {Precision::BF16, "bf16", WFormat::BF16, false, true, true, bf16_sizes, bf16_prepare, bf16_view, bf16_activations,
      bf16_pack, bf16_round_grad, bf16_parts},
     {Precision::MXFP8, "mxfp8", WFormat::MX, true, true, false, mx_sizes, mx_prepare, mx_view, mx_activations, mx_pack,
      mx_round_grad, mx_parts},
     {Precision::FP8Tensor, "fp8-tensor", WFormat::FP8, false, false, false, fp8_sizes<Precision::FP8Tensor>,
-     fp8_prepare<Precision::FP8Tensor>, fp8_view<Precision::FP8Tensor>, fp8_activations<Precision::FP8Tensor>,
-     nullptr, nullptr, fp8_parts<Precision::FP8Tensor>},
+     fp8_prepare<Precision::FP8Tensor>, fp8_view<Precision::FP8Tensor>, fp8_activations<Precision::FP8Tensor>, nullptr,
+     nullptr, fp8_parts<Precision::FP8Tensor>},
     {Precision::FP8Block128, "fp8-block128", WFormat::FP8, false, false, false, fp8_sizes<Precision::FP8Block128>,
      fp8_prepare<Precision::FP8Block128>, fp8_view<Precision::FP8Block128>, fp8_activations<Precision::FP8Block128>,
      nullptr, nullptr, fp8_parts<Precision::FP8Block128>},

@@ -19,7 +19,7 @@ struct PreparedLinear;
 
 // One array a prepared linear holds, as shipped and digested.
 struct HeldPart {
-  const char* part;              // "f32", "bf16", "codes", "scales"
+  const char* part;  // "f32", "bf16", "codes", "scales"
   DType dtype;
   std::vector<int64_t> shape;
   const void* data;
@@ -33,10 +33,10 @@ struct HeldSizes {
 
 struct PrecisionTraits {
   Precision precision;
-  const char* name;      // as in plans: "fp32", "bf16", "mxfp8", "fp8-tensor", "fp8-block128"
-  WFormat wformat;       // how the GEMM reads the weights
-  bool needs_k32;        // in features must be a multiple of 32 (MX row blocks)
-  bool trainable;        // the learner has a backward for it (pack_operand and round_grad set)
+  const char* name;  // as in plans: "fp32", "bf16", "mxfp8", "fp8-tensor", "fp8-block128"
+  WFormat wformat;   // how the GEMM reads the weights
+  bool needs_k32;    // in features must be a multiple of 32 (MX row blocks)
+  bool trainable;    // the learner has a backward for it (pack_operand and round_grad set)
   // quantize_activations and round_grad are plain BF16 rounding, which gemm()
   // does to its x operand itself under the pair chain (gemm.h: xb = bf16(x),
   // and bf16(bf16(x)) = bf16(x)): callers of gemm() may skip them, bit for bit

@@ -13,9 +13,8 @@ constexpr int64_t kGrain = 1 << 14;  // values per task
 
 template <class F>
 void for_chunks(int64_t n, const Exec& exec, F&& f) {
-  parallel_for(exec.pool, (n + kGrain - 1) / kGrain, [&](int64_t c0, int64_t c1) {
-    f(c0 * kGrain, std::min(n, c1 * kGrain));
-  });
+  parallel_for(exec.pool, (n + kGrain - 1) / kGrain,
+               [&](int64_t c0, int64_t c1) { f(c0 * kGrain, std::min(n, c1 * kGrain)); });
 }
 }  // namespace
 

@@ -45,8 +45,8 @@ TEST(Bf16Bulk, EqualsTheScalarReferenceOnEveryInputClass) {
 }
 
 TEST(Bf16Bulk, KnownValues) {
-  const float x[] = {1.0f, f32_from_bits(0x3F808000), f32_from_bits(0x3F818000), 3.4e38f,
-                     f32_from_bits(0x7F800001), -0.0f};
+  const float x[] = {1.0f,    f32_from_bits(0x3F808000), f32_from_bits(0x3F818000),
+                     3.4e38f, f32_from_bits(0x7F800001), -0.0f};
   uint16_t out[6];
   bf16_encode(x, 6, out);
   EXPECT_EQ(out[0], 0x3F80);

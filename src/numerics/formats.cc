@@ -110,14 +110,12 @@ float f16_to_f32(uint16_t h) {
   const uint32_t mag = h & 0x7FFF;
   double v;
   if ((mag >> 10) == 0x1F)
-    v = (mag & 0x3FF) ? std::numeric_limits<double>::quiet_NaN()
-                      : std::numeric_limits<double>::infinity();
+    v = (mag & 0x3FF) ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
   else
     v = decode_bits(mag, kF16.mbits, kF16.bias);
   float out = static_cast<float>(neg ? -v : v);
   if (std::isnan(v)) out = f32_from_bits((neg ? 0x80000000u : 0) | 0x7FC00000u | ((mag & 0x3FF) << 13));
   return out;
 }
-
 
 }  // namespace mxrl

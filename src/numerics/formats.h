@@ -16,20 +16,20 @@
 namespace mxrl {
 
 enum class ElemType : uint8_t { E4M3, E5M2, E2M3, E3M2, E2M1 };
-inline constexpr ElemType kAllElemTypes[] = {ElemType::E4M3, ElemType::E5M2, ElemType::E2M3,
-                                             ElemType::E3M2, ElemType::E2M1};
+inline constexpr ElemType kAllElemTypes[] = {ElemType::E4M3, ElemType::E5M2, ElemType::E2M3, ElemType::E3M2,
+                                             ElemType::E2M1};
 
 struct ElemTraits {
-  const char* name;    // "e4m3", ...
-  int bits;            // 8, 6 or 4 (codes live in the low bits of a byte)
+  const char* name;  // "e4m3", ...
+  int bits;          // 8, 6 or 4 (codes live in the low bits of a byte)
   int ebits, mbits;
   int bias;
-  int emax;            // exponent of the largest power of two (emax_elem)
+  int emax;  // exponent of the largest power of two (emax_elem)
   float max_normal;
-  uint8_t max_code;    // positive max normal
-  bool has_inf;        // E5M2 only
-  bool has_nan;        // E4M3, E5M2
-  uint8_t nan_code;    // positive NaN code when has_nan
+  uint8_t max_code;  // positive max normal
+  bool has_inf;      // E5M2 only
+  bool has_nan;      // E4M3, E5M2
+  uint8_t nan_code;  // positive NaN code when has_nan
   int emin() const { return 1 - bias; }
   uint8_t sign_bit() const { return static_cast<uint8_t>(1u << (bits - 1)); }
   int num_codes() const { return 1 << bits; }

@@ -28,7 +28,11 @@ uint8_t nearest_code(ElemType t, float x) {
 }
 
 TEST(Formats, TraitsMatchTheBrief) {
-  struct Row { ElemType t; float max, min_normal, min_sub; int emax; };
+  struct Row {
+    ElemType t;
+    float max, min_normal, min_sub;
+    int emax;
+  };
   const Row rows[] = {{ElemType::E4M3, 448, 0x1p-6f, 0x1p-9f, 8},
                       {ElemType::E5M2, 57344, 0x1p-14f, 0x1p-16f, 15},
                       {ElemType::E2M3, 7.5f, 1, 0.125f, 2},
@@ -65,8 +69,8 @@ TEST(Formats, SpecialCodes) {
   EXPECT_EQ(elem_encode(ElemType::E4M3, inf), 0x7E);
   EXPECT_EQ(elem_encode(ElemType::E4M3, -inf), 0xFE);
   EXPECT_EQ(elem_encode(ElemType::E5M2, inf), 0x7B);
-  EXPECT_EQ(elem_encode(ElemType::E4M3, 470.0f), 0x7E);   // would round to 480 (the NaN slot)
-  EXPECT_EQ(elem_encode(ElemType::E5M2, 60000.0f), 0x7B); // would round to 61440 (Inf)
+  EXPECT_EQ(elem_encode(ElemType::E4M3, 470.0f), 0x7E);    // would round to 480 (the NaN slot)
+  EXPECT_EQ(elem_encode(ElemType::E5M2, 60000.0f), 0x7B);  // would round to 61440 (Inf)
   EXPECT_EQ(elem_encode(ElemType::E2M1, 1e30f), 0x7);
   EXPECT_EQ(elem_encode(ElemType::E4M3, -0.0f), 0x80);
   EXPECT_EQ(elem_encode(ElemType::E3M2, -0.0f), 0x20);
@@ -194,8 +198,7 @@ TEST(Formats, F16AgainstTheF16cInstructions) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<double> expo(-30, 18);
   for (int i = 0; i < 300000; ++i) {
-    float x = (i % 2) ? f32_from_bits(static_cast<uint32_t>(rng()))
-                      : static_cast<float>(std::exp2(expo(rng)));
+    float x = (i % 2) ? f32_from_bits(static_cast<uint32_t>(rng())) : static_cast<float>(std::exp2(expo(rng)));
     if (std::isnan(x)) continue;
     ASSERT_EQ(f32_to_f16(x), hw_f16(x)) << std::hexfloat << x;
   }

@@ -27,8 +27,8 @@ TEST(Fp8Grid, PerTensorScaleIsAmaxOver448) {
 TEST(Fp8Grid, Block128GroupsAreIndependentAndRagged) {
   const int64_t rows = 130, cols = 260;  // 2 x 3 tiles, ragged at both edges
   std::vector<float> x(rows * cols, 1.0f);
-  x[0] = 100.0f;                   // tile (0,0)
-  x[129 * cols + 259] = -0.5f;     // tile (1,2), the 2x4 corner
+  x[0] = 100.0f;                // tile (0,0)
+  x[129 * cols + 259] = -0.5f;  // tile (1,2), the 2x4 corner
   for (int64_t r = 0; r < 128; ++r) x[r * cols + 128] = 0.0f, x[r * cols + 129] = 0.0f;
   const Fp8Grid g = Fp8Grid::block128_weight();
   ASSERT_EQ(fp8_num_scales(rows, cols, g), 6);

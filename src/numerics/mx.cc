@@ -32,9 +32,7 @@ int64_t mx_num_scales(int64_t rows, int64_t cols, Axis axis) {
 }
 
 namespace detail {
-const QuantKernels& quant_kernels(Backend b) {
-  return backend_table(b, kScalarKernels, MXRL_AVX512(kAvx512Kernels));
-}
+const QuantKernels& quant_kernels(Backend b) { return backend_table(b, kScalarKernels, MXRL_AVX512(kAvx512Kernels)); }
 }  // namespace detail
 
 namespace {
@@ -55,24 +53,27 @@ template <typename Fn>
 void for_col_tiles(ThreadPool* pool, int64_t rows, int64_t cols, Fn&& fn) {
   const int64_t groups = rows / kMxBlock, chunks = (cols + kColChunk - 1) / kColChunk;
   const int64_t grain = std::max<int64_t>(1, kGrainElems / (kMxBlock * kColChunk));
-  parallel_for(pool, groups * chunks, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t g = t / chunks, c0 = (t % chunks) * kColChunk;
-      fn(g, c0, std::min(cols, c0 + kColChunk));
-    }
-  }, grain);
+  parallel_for(
+      pool, groups * chunks,
+      [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t g = t / chunks, c0 = (t % chunks) * kColChunk;
+          fn(g, c0, std::min(cols, c0 + kColChunk));
+        }
+      },
+      grain);
 }
 }  // namespace
 
-void mx_quantize(const void* x, InType in, int64_t rows, int64_t cols, const MxConfig& cfg,
-                 uint8_t* codes, uint8_t* scales, const Exec& exec) {
+void mx_quantize(const void* x, InType in, int64_t rows, int64_t cols, const MxConfig& cfg, uint8_t* codes,
+                 uint8_t* scales, const Exec& exec) {
   check_shape(rows, cols, cfg.axis);
   const auto& k = detail::quant_kernels(exec.backend);
   if (cfg.axis == Axis::Row) {
     const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
-    parallel_for(exec.pool, rows, [&](int64_t r0, int64_t r1) {
-      k.mx_quant_row(x, in, cols, r0, r1, cfg, codes, scales);
-    }, grain);
+    parallel_for(
+        exec.pool, rows, [&](int64_t r0, int64_t r1) { k.mx_quant_row(x, in, cols, r0, r1, cfg, codes, scales); },
+        grain);
   } else {
     for_col_tiles(exec.pool, rows, cols, [&](int64_t g, int64_t c0, int64_t c1) {
       k.mx_quant_col(x, in, cols, g, g + 1, c0, c1, cfg, codes, scales);
@@ -80,15 +81,15 @@ void mx_quantize(const void* x, InType in, int64_t rows, int64_t cols, const MxC
   }
 }
 
-void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
-                   ElemType elem, Axis axis, float* out, const Exec& exec) {
+void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, ElemType elem, Axis axis,
+                   float* out, const Exec& exec) {
   check_shape(rows, cols, axis);
   const auto& k = detail::quant_kernels(exec.backend);
   if (axis == Axis::Row) {
     const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
-    parallel_for(exec.pool, rows, [&](int64_t r0, int64_t r1) {
-      k.mx_dequant_row(codes, scales, cols, r0, r1, elem, out);
-    }, grain);
+    parallel_for(
+        exec.pool, rows, [&](int64_t r0, int64_t r1) { k.mx_dequant_row(codes, scales, cols, r0, r1, elem, out); },
+        grain);
   } else {
     for_col_tiles(exec.pool, rows, cols, [&](int64_t g, int64_t c0, int64_t c1) {
       k.mx_dequant_col(codes, scales, cols, g, g + 1, c0, c1, elem, out);
@@ -96,8 +97,7 @@ void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, in
   }
 }
 
-void mx_round_trip_rows(const float* x, int64_t rows, int64_t cols, const MxConfig& cfg, float* out,
-                        const Exec& exec) {
+void mx_round_trip_rows(const float* x, int64_t rows, int64_t cols, const MxConfig& cfg, float* out, const Exec& exec) {
   if (cfg.axis != Axis::Row) fail("mx_round_trip_rows: row blocks only");
   check_shape(rows, cols, cfg.axis);
   const auto& k = detail::quant_kernels(exec.backend);
@@ -106,10 +106,13 @@ void mx_round_trip_rows(const float* x, int64_t rows, int64_t cols, const MxConf
   // written before it is read.
   std::unique_ptr<uint8_t[]> codes(new uint8_t[rows * cols]), scales(new uint8_t[mx_num_scales(rows, cols, Axis::Row)]);
   const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
-  parallel_for(exec.pool, rows, [&](int64_t r0, int64_t r1) {
-    k.mx_quant_row(x, InType::F32, cols, r0, r1, cfg, codes.get(), scales.get());
-    k.mx_dequant_row(codes.get(), scales.get(), cols, r0, r1, cfg.elem, out);
-  }, grain);
+  parallel_for(
+      exec.pool, rows,
+      [&](int64_t r0, int64_t r1) {
+        k.mx_quant_row(x, InType::F32, cols, r0, r1, cfg, codes.get(), scales.get());
+        k.mx_dequant_row(codes.get(), scales.get(), cols, r0, r1, cfg.elem, out);
+      },
+      grain);
 }
 
 }  // namespace mxrl

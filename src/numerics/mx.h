@@ -51,12 +51,12 @@ uint8_t mx_scale_byte(uint32_t amax_bits, ElemType elem, ScaleRule rule);
 int64_t mx_num_scales(int64_t rows, int64_t cols, Axis axis);
 
 // Throws mxrl::Error when the axis dimension is not a multiple of 32.
-void mx_quantize(const void* x, InType in, int64_t rows, int64_t cols, const MxConfig& cfg,
-                 uint8_t* codes, uint8_t* scales, const Exec& exec = {});
+void mx_quantize(const void* x, InType in, int64_t rows, int64_t cols, const MxConfig& cfg, uint8_t* codes,
+                 uint8_t* scales, const Exec& exec = {});
 // out = decode(code) * 2^(scale-127), one FP32 rounding; NaN scale gives NaN
 // (canonical 0x7FC00000, as does a NaN element).
-void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
-                   ElemType elem, Axis axis, float* out, const Exec& exec = {});
+void mx_dequantize(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, ElemType elem, Axis axis,
+                   float* out, const Exec& exec = {});
 
 // out = mx_dequantize(mx_quantize(x)) for row blocks (cfg.axis must be Row):
 // the same bits, made in one pass over the data (each thread quantizes a

@@ -19,10 +19,8 @@ struct Quantized {
   std::vector<uint8_t> codes, scales;
 };
 
-Quantized quant(const std::vector<float>& x, int64_t rows, int64_t cols, MxConfig cfg,
-                ThreadPool* pool = nullptr) {
-  Quantized q{std::vector<uint8_t>(x.size()),
-              std::vector<uint8_t>(mx_num_scales(rows, cols, cfg.axis))};
+Quantized quant(const std::vector<float>& x, int64_t rows, int64_t cols, MxConfig cfg, ThreadPool* pool = nullptr) {
+  Quantized q{std::vector<uint8_t>(x.size()), std::vector<uint8_t>(mx_num_scales(rows, cols, cfg.axis))};
   mx_quantize(x.data(), InType::F32, rows, cols, cfg, q.codes.data(), q.scales.data(), {pool});
   return q;
 }
@@ -94,9 +92,9 @@ TEST(Mx, KnownBlock) {
   EXPECT_EQ(q.scales[0], 127 - 3);
   const auto y = dequant(q, 1, 32, ElemType::E4M3, Axis::Row);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], x[i]);  // 8..128 exact on the grid
-  EXPECT_EQ(y[16], 16.0f);  // 17*8 = 136: tie between 128 and 144 -> even (128)
-  EXPECT_EQ(y[17], 18.0f);  // 144
-  EXPECT_EQ(y[18], 20.0f);  // 152: tie between 144 and 160 -> 160
+  EXPECT_EQ(y[16], 16.0f);                             // 17*8 = 136: tie between 128 and 144 -> even (128)
+  EXPECT_EQ(y[17], 18.0f);                             // 144
+  EXPECT_EQ(y[18], 20.0f);                             // 152: tie between 144 and 160 -> 160
 }
 
 TEST(Mx, SpecialBlocks) {
@@ -155,7 +153,8 @@ TEST(Mx, RelativeErrorBoundForEveryFormat) {
         const double v = std::fabs(x[i]) / scale;
         if (v > f.max_normal) continue;  // clipped (floor only)
         // Half a grid step at v (the subnormal step below min normal).
-        const double step = std::ldexp(1.0, std::max(static_cast<int>(std::floor(std::log2(std::max(v, 1e-30)))), f.emin()) - f.mbits);
+        const double step =
+            std::ldexp(1.0, std::max(static_cast<int>(std::floor(std::log2(std::max(v, 1e-30)))), f.emin()) - f.mbits);
         EXPECT_LE(std::fabs(y[i] - x[i]), step / 2 * scale * (1 + 1e-12)) << f.name << " " << x[i];
       }
     }

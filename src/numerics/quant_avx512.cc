@@ -43,14 +43,13 @@ inline __m512i sr_bits16(uint64_t key, uint64_t idx0) {
 inline __m512i sr_encode16(__m512 v, const SimdElem& p, __m512i u) {
   const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), p.max_normal);
   const __m512i ef = _mm512_srli_epi32(_mm512_castps_si512(a), 23);
-  const __m512i eq = _mm512_sub_epi32(
-      _mm512_max_epi32(_mm512_sub_epi32(ef, _mm512_set1_epi32(127)), _mm512_set1_epi32(p.emin)),
-      _mm512_set1_epi32(p.mbits));
+  const __m512i eq =
+      _mm512_sub_epi32(_mm512_max_epi32(_mm512_sub_epi32(ef, _mm512_set1_epi32(127)), _mm512_set1_epi32(p.emin)),
+                       _mm512_set1_epi32(p.mbits));
   const __m512 eqf = _mm512_cvtepi32_ps(eq);
   const __m512 m = _mm512_scalef_ps(a, _mm512_sub_ps(_mm512_setzero_ps(), eqf));  // exact
   const __m512 fl = _mm512_roundscale_ps(m, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m512i threshold =
-      _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_sub_ps(m, fl), _mm512_set1_ps(4294967296.0f)));
+  const __m512i threshold = _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_sub_ps(m, fl), _mm512_set1_ps(4294967296.0f)));
   const __mmask16 up = _mm512_cmplt_epu32_mask(u, threshold);
   const __m512 q = _mm512_mask_add_ps(fl, up, fl, _mm512_set1_ps(1.0f));
   const __m512 r = _mm512_min_ps(_mm512_scalef_ps(q, eqf), p.max_normal);
@@ -73,17 +72,13 @@ inline __m512i scale_bytes16(__m512i amax, ElemType elem, ScaleRule rule) {
     e = _mm512_max_epi32(_mm512_min_epi32(e, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
     return _mm512_add_epi32(e, _mm512_set1_epi32(127));
   }
-  const __m512i d = _mm512_castps_si512(
-      _mm512_mul_ps(_mm512_castsi512_ps(amax), _mm512_set1_ps(1.0f / f.max_normal)));
+  const __m512i d = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(amax), _mm512_set1_ps(1.0f / f.max_normal)));
   const __m512i exp = _mm512_srli_epi32(d, 23);
   const __m512i mant = _mm512_and_si512(d, _mm512_set1_epi32(0x7FFFFF));
   const __m512i one = _mm512_set1_epi32(1);
-  const __m512i normal =
-      _mm512_mask_add_epi32(exp, _mm512_test_epi32_mask(mant, mant), exp, one);
-  const __m512i sub = _mm512_maskz_mov_epi32(
-      _mm512_cmpgt_epi32_mask(mant, _mm512_set1_epi32(0x400000)), one);
-  return _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(exp, _mm512_setzero_si512()), normal,
-                                 sub);
+  const __m512i normal = _mm512_mask_add_epi32(exp, _mm512_test_epi32_mask(mant, mant), exp, one);
+  const __m512i sub = _mm512_maskz_mov_epi32(_mm512_cmpgt_epi32_mask(mant, _mm512_set1_epi32(0x400000)), one);
+  return _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(exp, _mm512_setzero_si512()), normal, sub);
 }
 
 inline void store16(uint8_t* dst, __m512i codes, __mmask16 m = 0xFFFF) {
@@ -109,8 +104,8 @@ inline uint8_t scale_byte(uint32_t amax_bits, ScaleRule rule, const SimdElem& p)
 }
 
 template <bool kStochastic>
-void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
-                    const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
+                    uint8_t* scales) {
   const SimdElem p(cfg.elem);
   const uint64_t key = sr_key(cfg.seed);
   const int64_t nb = cols / kMxBlock;
@@ -118,8 +113,7 @@ void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t 
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t i = r * cols + b * kMxBlock;
       const __m512 x0 = load16(x, in, i), x1 = load16(x, in, i + 16);
-      const uint32_t amax =
-          _mm512_reduce_max_epu32(_mm512_max_epu32(abs_bits16(x0), abs_bits16(x1)));
+      const uint32_t amax = _mm512_reduce_max_epu32(_mm512_max_epu32(abs_bits16(x0), abs_bits16(x1)));
       if (amax >= kInfBits) {
         scales[r * nb + b] = kE8M0Nan;
         std::memset(codes + i, 0, kMxBlock);
@@ -133,8 +127,8 @@ void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t 
     }
 }
 
-void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
-                  const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
+                  uint8_t* scales) {
   if (cfg.round == Rounding::Stochastic)
     mx_quant_row_t<true>(x, in, cols, r0, r1, cfg, codes, scales);
   else
@@ -142,8 +136,8 @@ void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1
 }
 
 template <bool kStochastic>
-void mx_quant_col_t(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
-                    int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+void mx_quant_col_t(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0, int64_t c1,
+                    const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
   const SimdElem p(cfg.elem);
   const uint64_t key = sr_key(cfg.seed);
   for (int64_t g = g0; g < g1; ++g)
@@ -154,8 +148,8 @@ void mx_quant_col_t(const void* x, InType in, int64_t cols, int64_t g0, int64_t 
       for (int k = 0; k < kMxBlock; ++k)
         amax = _mm512_max_epu32(amax, abs_bits16(load16(x, in, (row0 + k) * cols + c, m)));
       const __mmask16 bad = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(kInfBits));
-      const __m512i sb = _mm512_mask_mov_epi32(scale_bytes16(amax, cfg.elem, cfg.rule), bad,
-                                               _mm512_set1_epi32(kE8M0Nan));
+      const __m512i sb =
+          _mm512_mask_mov_epi32(scale_bytes16(amax, cfg.elem, cfg.rule), bad, _mm512_set1_epi32(kE8M0Nan));
       store16(scales + g * cols + c, sb, m);
       const __m512 neg_e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(127), sb));
       for (int k = 0; k < kMxBlock; ++k) {
@@ -166,8 +160,8 @@ void mx_quant_col_t(const void* x, InType in, int64_t cols, int64_t g0, int64_t 
     }
 }
 
-void mx_quant_col(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
-                  int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+void mx_quant_col(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0, int64_t c1,
+                  const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
   if (cfg.round == Rounding::Stochastic)
     mx_quant_col_t<true>(x, in, cols, g0, g1, c0, c1, cfg, codes, scales);
   else
@@ -178,8 +172,8 @@ inline __m512i load_codes16(const uint8_t* p, __mmask16 m = 0xFFFF) {
   return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
 }
 
-void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0,
-                    int64_t r1, ElemType elem, float* out) {
+void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0, int64_t r1, ElemType elem,
+                    float* out) {
   const SimdElem p(elem);
   const int64_t nb = cols / kMxBlock;
   for (int64_t r = r0; r < r1; ++r)
@@ -192,8 +186,8 @@ void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, i
     }
 }
 
-void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0,
-                    int64_t g1, int64_t c0, int64_t c1, ElemType elem, float* out) {
+void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
+                    int64_t c1, ElemType elem, float* out) {
   const SimdElem p(elem);
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t c = c0; c < c1; c += 16) {
@@ -201,8 +195,7 @@ void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, i
       const __m512 s = e8m0_to_f32_16(load_codes16(scales + g * cols + c, m));
       for (int k = 0; k < kMxBlock; ++k) {
         const int64_t i = (g * kMxBlock + k) * cols + c;
-        _mm512_mask_storeu_ps(out + i, m,
-                              canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i, m), p), s)));
+        _mm512_mask_storeu_ps(out + i, m, canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i, m), p), s)));
       }
     }
 }
@@ -214,8 +207,7 @@ inline void for_chunks16(int64_t c0, int64_t c1, Fn&& fn) {
     fn(c, c1 - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (c1 - c)) - 1));
 }
 
-void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1,
-                uint32_t* amax) {
+void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1, uint32_t* amax) {
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t cg = 0; cg < ncg; ++cg) {
@@ -227,8 +219,8 @@ void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, 
     }
 }
 
-void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
-                  int64_t r1, ElemType elem, const float* scales, uint8_t* codes) {
+void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0, int64_t r1, ElemType elem,
+                  const float* scales, uint8_t* codes) {
   const SimdElem p(elem);
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
@@ -237,15 +229,14 @@ void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc
       const __m512 sv = _mm512_set1_ps(s);
       for_chunks16(cg * gc, std::min(cols, (cg + 1) * gc), [&](int64_t c, __mmask16 k) {
         const int64_t i = r * cols + c;
-        const __m512i code = s == 0.0f ? _mm512_setzero_si512()
-                                       : encode16(_mm512_div_ps(load16(x, in, i, k), sv), p);
+        const __m512i code = s == 0.0f ? _mm512_setzero_si512() : encode16(_mm512_div_ps(load16(x, in, i, k), sv), p);
         store16(codes + i, code, k);
       });
     }
 }
 
-void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
-                  int64_t r1, ElemType elem, const float* scales, float* out) {
+void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0, int64_t r1, ElemType elem,
+                  const float* scales, float* out) {
   const SimdElem p(elem);
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
@@ -253,8 +244,7 @@ void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, in
       const __m512 sv = _mm512_set1_ps(scales[(r / gr) * ncg + cg]);
       for_chunks16(cg * gc, std::min(cols, (cg + 1) * gc), [&](int64_t c, __mmask16 k) {
         const int64_t i = r * cols + c;
-        _mm512_mask_storeu_ps(out + i, k,
-                              canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i, k), p), sv)));
+        _mm512_mask_storeu_ps(out + i, k, canonical_nan(_mm512_mul_ps(decode16(load_codes16(codes + i, k), p), sv)));
       });
     }
 }

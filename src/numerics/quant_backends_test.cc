@@ -48,9 +48,13 @@ std::vector<float> edge_case_tensor(int64_t rows, int64_t cols, uint32_t seed) {
         break;
       case 3:  // tiny elements beside a large one: element subnormals and underflow
         b[pick(k)] = mag * 1e6f;
-        for (int j = 0; j < k; ++j) if (pick(2)) b[j] = mag * std::ldexp(1.0f, -pick(40));
+        for (int j = 0; j < k; ++j)
+          if (pick(2)) b[j] = mag * std::ldexp(1.0f, -pick(40));
         break;
-      case 4: std::fill(b, b + k, 0.0f); if (pick(2)) b[pick(k)] = -0.0f; break;
+      case 4:
+        std::fill(b, b + k, 0.0f);
+        if (pick(2)) b[pick(k)] = -0.0f;
+        break;
       case 5: b[pick(k)] = std::numeric_limits<float>::quiet_NaN(); break;
       case 6: b[pick(k)] = (pick(2) ? 1 : -1) * std::numeric_limits<float>::infinity(); break;
       case 7:  // FP32 subnormals
@@ -108,8 +112,8 @@ TEST(QuantBackends, MxQuantizeMatchesScalarReference) {
               mx_quantize(src.data(), in, rows, cols, cfg, c0.data(), s0.data(), {nullptr, Backend::Scalar});
               mx_quantize(src.data(), in, rows, cols, cfg, c1.data(), s1.data(), {&pool, be});
               const std::string what = std::string(backend_name(be)) + " " + elem_traits(t).name + " " +
-                                       scale_rule_name(rule) + " " + axis_name(axis) + " " +
-                                       rounding_name(rnd) + " in=" + std::to_string(int(in));
+                                       scale_rule_name(rule) + " " + axis_name(axis) + " " + rounding_name(rnd) +
+                                       " in=" + std::to_string(int(in));
               expect_same_bits(s0, s1, what + " scales");
               expect_same_bits(c0, c1, what + " codes");
               // Dequantize back, both ways.
@@ -145,9 +149,9 @@ TEST(QuantBackends, MxRoundTripRowsIsQuantizeThenDequantize) {
         }
   const std::vector<float> x(64, 1.0f);
   std::vector<float> y(64);
-  EXPECT_THROW(mx_round_trip_rows(x.data(), 32, 2, {ElemType::E4M3, ScaleRule::RCeil, Axis::Col, Rounding::RNE, 0},
-                                  y.data()),
-               Error);
+  EXPECT_THROW(
+      mx_round_trip_rows(x.data(), 32, 2, {ElemType::E4M3, ScaleRule::RCeil, Axis::Col, Rounding::RNE, 0}, y.data()),
+      Error);
 }
 
 TEST(QuantBackends, MxDequantizeOfArbitraryBytes) {
@@ -177,20 +181,22 @@ TEST(QuantBackends, Fp8GridsMatchScalarReference) {
   for (Backend be : backends())
     for (InType in : {InType::F32, InType::BF16})
       for (ElemType t : {ElemType::E4M3, ElemType::E5M2})
-        for (Fp8Grid g : {Fp8Grid::per_tensor(rows, cols), Fp8Grid::per_token(cols),
-                          Fp8Grid::block128_weight(), Fp8Grid::block128_act()}) {
+        for (Fp8Grid g : {Fp8Grid::per_tensor(rows, cols), Fp8Grid::per_token(cols), Fp8Grid::block128_weight(),
+                          Fp8Grid::block128_act()}) {
           Source src = make_source(in, rows, cols, ++seed);
           if (seed % 2) {  // half the cases without NaN/Inf, so scales stay finite
-            for (auto& v : src.f32) if (!std::isfinite(v)) v = 1.0f;
-            for (auto& h : src.half) if ((h & 0x7F80) == 0x7F80) h = 0x3F80;
+            for (auto& v : src.f32)
+              if (!std::isfinite(v)) v = 1.0f;
+            for (auto& h : src.half)
+              if ((h & 0x7F80) == 0x7F80) h = 0x3F80;
           }
           const int64_t ns = fp8_num_scales(rows, cols, g);
           std::vector<uint8_t> c0(rows * cols), c1(rows * cols, 0xAA);
           std::vector<float> s0(ns), s1(ns);
           fp8_quantize(src.data(), in, rows, cols, g, t, c0.data(), s0.data(), {nullptr, Backend::Scalar});
           fp8_quantize(src.data(), in, rows, cols, g, t, c1.data(), s1.data(), {&pool, be});
-          const std::string what = std::string(backend_name(be)) + " group " + std::to_string(g.group_rows) +
-                                   "x" + std::to_string(g.group_cols);
+          const std::string what = std::string(backend_name(be)) + " group " + std::to_string(g.group_rows) + "x" +
+                                   std::to_string(g.group_cols);
           expect_same_bits(s0, s1, what + " scales");
           expect_same_bits(c0, c1, what + " codes");
           std::vector<float> y0(rows * cols), y1(rows * cols);

@@ -11,24 +11,23 @@ namespace mxrl::detail {
 
 struct QuantKernels {
   // MX, Axis::Row: rows [r0, r1).
-  void (*mx_quant_row)(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
-                       const MxConfig& cfg, uint8_t* codes, uint8_t* scales);
+  void (*mx_quant_row)(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg,
+                       uint8_t* codes, uint8_t* scales);
   // MX, Axis::Col: 32-row groups [g0, g1) x columns [c0, c1).
-  void (*mx_quant_col)(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
-                       int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales);
-  void (*mx_dequant_row)(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0,
-                         int64_t r1, ElemType elem, float* out);
-  void (*mx_dequant_col)(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0,
-                         int64_t g1, int64_t c0, int64_t c1, ElemType elem, float* out);
+  void (*mx_quant_col)(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0, int64_t c1,
+                       const MxConfig& cfg, uint8_t* codes, uint8_t* scales);
+  void (*mx_dequant_row)(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0, int64_t r1,
+                         ElemType elem, float* out);
+  void (*mx_dequant_col)(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
+                         int64_t c1, ElemType elem, float* out);
   // FP8 group grid: per-row, per-column-group max |x| as FP32 bits
   // (amax[r][cg], NaN > Inf > finite) for rows [r0, r1).
-  void (*group_amax)(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1,
-                     uint32_t* amax);
+  void (*group_amax)(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1, uint32_t* amax);
   // codes for rows [r0, r1) given the per-group scales [ceil(rows/gr)][ceil(cols/gc)].
-  void (*group_encode)(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
-                       int64_t r1, ElemType elem, const float* scales, uint8_t* codes);
-  void (*group_decode)(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
-                       int64_t r1, ElemType elem, const float* scales, float* out);
+  void (*group_encode)(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0, int64_t r1,
+                       ElemType elem, const float* scales, uint8_t* codes);
+  void (*group_decode)(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0, int64_t r1,
+                       ElemType elem, const float* scales, float* out);
   // BF16 (bf16.h): out[i] = f32_to_bf16(x[i]), and its widening back, for i < n.
   void (*bf16_encode)(const float* x, int64_t n, uint16_t* out);
   void (*bf16_round)(const float* x, int64_t n, float* out);

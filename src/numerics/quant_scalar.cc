@@ -49,11 +49,10 @@ uint8_t mx_elem(float x, int e, const MxConfig& cfg, uint64_t key, uint64_t idx)
 }
 
 // Quantizes the 32 values x[idx0 + k*stride] (k < 32) as one block.
-void mx_block(const void* x, InType in, int64_t idx0, int64_t stride, const MxConfig& cfg,
-              uint8_t* codes, uint8_t* scale) {
+void mx_block(const void* x, InType in, int64_t idx0, int64_t stride, const MxConfig& cfg, uint8_t* codes,
+              uint8_t* scale) {
   uint32_t amax = 0;
-  for (int k = 0; k < kMxBlock; ++k)
-    amax = std::max(amax, abs_bits(f32_bits(load_in(x, in, idx0 + k * stride))));
+  for (int k = 0; k < kMxBlock; ++k) amax = std::max(amax, abs_bits(f32_bits(load_in(x, in, idx0 + k * stride))));
   if (amax >= kInfBits) {  // NaN or Inf in the block
     *scale = kE8M0Nan;
     for (int k = 0; k < kMxBlock; ++k) codes[idx0 + k * stride] = 0;
@@ -68,19 +67,17 @@ void mx_block(const void* x, InType in, int64_t idx0, int64_t stride, const MxCo
   }
 }
 
-void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1,
-                  const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
+                  uint8_t* scales) {
   const int64_t nb = cols / kMxBlock;
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t b = 0; b < nb; ++b)
-      mx_block(x, in, r * cols + b * kMxBlock, 1, cfg, codes, &scales[r * nb + b]);
+    for (int64_t b = 0; b < nb; ++b) mx_block(x, in, r * cols + b * kMxBlock, 1, cfg, codes, &scales[r * nb + b]);
 }
 
-void mx_quant_col(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
-                  int64_t c1, const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
+void mx_quant_col(const void* x, InType in, int64_t cols, int64_t g0, int64_t g1, int64_t c0, int64_t c1,
+                  const MxConfig& cfg, uint8_t* codes, uint8_t* scales) {
   for (int64_t g = g0; g < g1; ++g)
-    for (int64_t c = c0; c < c1; ++c)
-      mx_block(x, in, g * kMxBlock * cols + c, cols, cfg, codes, &scales[g * cols + c]);
+    for (int64_t c = c0; c < c1; ++c) mx_block(x, in, g * kMxBlock * cols + c, cols, cfg, codes, &scales[g * cols + c]);
 }
 
 float mx_value(uint8_t code, uint8_t scale, ElemType elem) {
@@ -90,23 +87,22 @@ float mx_value(uint8_t code, uint8_t scale, ElemType elem) {
   return std::isnan(out) ? f32_from_bits(kCanonicalNan) : out;
 }
 
-void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0,
-                    int64_t r1, ElemType elem, float* out) {
+void mx_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t r0, int64_t r1, ElemType elem,
+                    float* out) {
   const int64_t nb = cols / kMxBlock;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < cols; ++c)
       out[r * cols + c] = mx_value(codes[r * cols + c], scales[r * nb + c / kMxBlock], elem);
 }
 
-void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0,
-                    int64_t g1, int64_t c0, int64_t c1, ElemType elem, float* out) {
+void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, int64_t g0, int64_t g1, int64_t c0,
+                    int64_t c1, ElemType elem, float* out) {
   for (int64_t r = g0 * kMxBlock; r < g1 * kMxBlock; ++r)
     for (int64_t c = c0; c < c1; ++c)
       out[r * cols + c] = mx_value(codes[r * cols + c], scales[(r / kMxBlock) * cols + c], elem);
 }
 
-void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1,
-                uint32_t* amax) {
+void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, int64_t r1, uint32_t* amax) {
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < cols; ++c) {
@@ -116,8 +112,8 @@ void group_amax(const void* x, InType in, int64_t cols, int64_t gc, int64_t r0, 
     }
 }
 
-void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
-                  int64_t r1, ElemType elem, const float* scales, uint8_t* codes) {
+void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc, int64_t r0, int64_t r1, ElemType elem,
+                  const float* scales, uint8_t* codes) {
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < cols; ++c) {
@@ -127,8 +123,8 @@ void group_encode(const void* x, InType in, int64_t cols, int64_t gr, int64_t gc
     }
 }
 
-void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0,
-                  int64_t r1, ElemType elem, const float* scales, float* out) {
+void group_decode(const uint8_t* codes, int64_t cols, int64_t gr, int64_t gc, int64_t r0, int64_t r1, ElemType elem,
+                  const float* scales, float* out) {
   const int64_t ncg = (cols + gc - 1) / gc;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < cols; ++c) {

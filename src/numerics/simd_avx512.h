@@ -16,8 +16,7 @@ namespace mxrl {
 // Masked lanes read nothing and are zero.
 inline __m512 load16(const void* x, InType in, int64_t i, __mmask16 m = 0xFFFF) {
   switch (in) {
-    case InType::F32:
-      return _mm512_maskz_loadu_ps(m, static_cast<const float*>(x) + i);
+    case InType::F32: return _mm512_maskz_loadu_ps(m, static_cast<const float*>(x) + i);
     case InType::BF16: {
       const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x) + i);
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -30,20 +29,18 @@ inline __m512 load16(const void* x, InType in, int64_t i, __mmask16 m = 0xFFFF) 
   return _mm512_setzero_ps();
 }
 
-inline __m512i abs_bits16(__m512 v) {
-  return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF));
-}
+inline __m512i abs_bits16(__m512 v) { return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)); }
 
 // Element-format constants, broadcast once per kernel call.
 struct SimdElem {
   __m512 max_normal, min_normal, sub_magic;
   __m512i sub_magic_bits, round_half, exp_adjust, nan_code, sign_in, one;
-  __m128i shift;         // 23 - mbits
-  int sign_shift;        // 32 - bits: FP32 sign bit -> code sign bit
+  __m128i shift;   // 23 - mbits
+  int sign_shift;  // 32 - bits: FP32 sign bit -> code sign bit
   int emin, mbits;
   ElemType type;
   // decode16's constants (per kernel call, not per vector).
-  __m512 dec_mul;        // 2^(127 - bias)
+  __m512 dec_mul;  // 2^(127 - bias)
   __m512i dec_signbit, dec_special_min;
   __m128i dec_sign_shift;  // 32 - bits
   bool has_nan, has_inf;
@@ -84,18 +81,15 @@ struct SimdElem {
 // byte of each 32-bit lane.
 inline __m512i encode16(__m512 v, const SimdElem& p) {
   const __m512i bits = _mm512_castps_si512(v);
-  const __m512i sign = _mm512_srl_epi32(_mm512_and_si512(bits, p.sign_in),
-                                        _mm_cvtsi32_si128(p.sign_shift));
+  const __m512i sign = _mm512_srl_epi32(_mm512_and_si512(bits, p.sign_in), _mm_cvtsi32_si128(p.sign_shift));
   const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), p.max_normal);
   const __m512i ab = _mm512_castps_si512(a);
   // Normal: round the FP32 mantissa to mbits by integer add, then rebias.
   const __m512i lsb = _mm512_and_si512(_mm512_srl_epi32(ab, p.shift), p.one);
   const __m512i normal = _mm512_sub_epi32(
-      _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(ab, p.round_half), lsb), p.shift),
-      p.exp_adjust);
+      _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(ab, p.round_half), lsb), p.shift), p.exp_adjust);
   // Subnormal (and zero): count steps of 2^(emin - mbits) via the magic add.
-  const __m512i sub =
-      _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(a, p.sub_magic)), p.sub_magic_bits);
+  const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(a, p.sub_magic)), p.sub_magic_bits);
   const __mmask16 is_sub = _mm512_cmp_ps_mask(a, p.min_normal, _CMP_LT_OQ);
   __m512i code = _mm512_or_si512(_mm512_mask_blend_epi32(is_sub, normal, sub), sign);
   const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
@@ -117,8 +111,8 @@ inline __m512 decode16(__m512i c, const SimdElem& p) {
   }
   const __m512i sign = _mm512_sll_epi32(_mm512_and_si512(c, p.dec_signbit), p.dec_sign_shift);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_mov_ps(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign)),
-                            nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+  return _mm512_mask_mov_ps(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign)), nan,
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
 // 2^(b - 127) for E8M0 bytes in the low byte of each lane (0xFF: NaN).
@@ -126,8 +120,8 @@ inline __m512 e8m0_to_f32_16(__m512i b) {
   __m512i bits = _mm512_slli_epi32(b, 23);
   bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
                                _mm512_set1_epi32(0x00400000));  // 2^-127, an FP32 subnormal
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)),
-                               _mm512_set1_epi32(0x7FC00000));
+  bits =
+      _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(0x7FC00000));
   return _mm512_castsi512_ps(bits);
 }
 

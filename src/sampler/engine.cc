@@ -12,7 +12,11 @@ const char* finish_reason_name(FinishReason r) { return r == FinishReason::Stop 
 
 Engine::Engine(std::shared_ptr<const Model> model, uint64_t version, EngineOptions opt, const Exec& exec,
                std::shared_ptr<const EngineHooks> hooks)
-    : model_(std::move(model)), version_(version), opt_(opt), exec_(exec), hooks_(std::move(hooks)),
+    : model_(std::move(model)),
+      version_(version),
+      opt_(opt),
+      exec_(exec),
+      hooks_(std::move(hooks)),
       cache_(model_->config()) {
   if (opt_.kv_budget_tokens < 1) fail("engine: kv budget must be positive");
   if (opt_.max_prefill_tokens < 1) fail("engine: max_prefill_tokens must be positive");
@@ -32,7 +36,8 @@ int64_t Engine::submit(const GenerationRequest& r) {
     if (t < 0 || t >= c.vocab_size) fail("request {}: stop token id {} outside the vocabulary", id, t);
   const int64_t len = static_cast<int64_t>(r.prompt.size());
   if (len >= c.max_position_embeddings)
-    fail("request {}: prompt of {} tokens leaves no room in max_position_embeddings {}", id, len, c.max_position_embeddings);
+    fail("request {}: prompt of {} tokens leaves no room in max_position_embeddings {}", id, len,
+         c.max_position_embeddings);
   const int64_t need = std::min(len + r.max_new_tokens, c.max_position_embeddings);
   if (need > opt_.kv_budget_tokens)
     fail("request {}: needs {} cache positions, more than the whole budget of {}", id, need, opt_.kv_budget_tokens);
@@ -227,8 +232,8 @@ std::vector<Engine::Row> Engine::compute_rows(const std::vector<PrefixEntry*>& f
 Engine::Row Engine::attach(Seq& s) {
   const PrefixEntry& e = *s.prefix;
   if ((e.version != plan_.version || e.epoch != plan_.epoch) && !(hooks_ && hooks_->keeps_prefixes()))
-    fail("engine: internal: prefix entry of version {} (epoch {}) used under version {} (epoch {})", e.version,
-         e.epoch, plan_.version, plan_.epoch);
+    fail("engine: internal: prefix entry of version {} (epoch {}) used under version {} (epoch {})", e.version, e.epoch,
+         plan_.version, plan_.epoch);
   cache_.copy_prefix(e.slot, s.slot, e.len);
   s.kv_version = e.version;
   s.kv_epoch = e.epoch;
@@ -240,8 +245,8 @@ bool Engine::sample_next(Seq& s, const Row& row) {
   const GenerationRequest& r = requests_[s.request];
   const int64_t V = plan_.model->config().vocab_size;
   const int64_t step = static_cast<int64_t>(s.out.tokens.size());
-  const double u = sample_uniform(r.seed, static_cast<uint64_t>(r.id), static_cast<uint64_t>(s.index),
-                                  static_cast<uint64_t>(step));
+  const double u =
+      sample_uniform(r.seed, static_cast<uint64_t>(r.id), static_cast<uint64_t>(s.index), static_cast<uint64_t>(step));
   const Sampled tok = sample_token(row.logits, V, r.sampling, u, scratch_);
   s.out.tokens.push_back(tok.token);
   s.out.logprobs.push_back(tok.logprob);

@@ -53,9 +53,9 @@
 namespace mxrl {
 
 struct GenerationRequest {
-  int64_t id = -1;                  // names the random streams; -1: the submission index
+  int64_t id = -1;  // names the random streams; -1: the submission index
   std::vector<int32_t> prompt;
-  int64_t n = 1;                    // samples
+  int64_t n = 1;  // samples
   int64_t max_new_tokens = 64;
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // a sampled stop token ends the sample (and is kept)
@@ -66,12 +66,12 @@ enum class FinishReason { Stop, Length };
 const char* finish_reason_name(FinishReason r);
 
 struct GeneratedSample {
-  int64_t request = 0;  // id returned by submit
-  int64_t index = 0;    // sample index within the request
+  int64_t request = 0;          // id returned by submit
+  int64_t index = 0;            // sample index within the request
   std::vector<int32_t> tokens;  // generated tokens only
   std::vector<float> logprobs;  // per generated token, under the policy at the sampling temperature
   FinishReason finish = FinishReason::Length;
-  uint64_t version = 0;         // weight version it was generated under
+  uint64_t version = 0;  // weight version it was generated under
   // Per generated token, the version whose logits it was drawn from (the
   // first token's: the prompt's prefill, shared or not). All equal `version`.
   std::vector<uint64_t> token_versions;
@@ -82,10 +82,11 @@ struct GeneratedSample {
 };
 
 struct EngineOptions {
-  int64_t kv_budget_tokens = 1 << 20;  // cache positions reserved at once (prompt + max_new per sample, + live prefix entries)
-  int64_t max_prefill_tokens = 4096;   // prompt tokens prefilled per step
-  bool prefix_sharing = true;          // compute each distinct prompt's KV once for all its samples
-  bool record_logits = false;          // keep GeneratedSample::logits
+  int64_t kv_budget_tokens =
+      1 << 20;  // cache positions reserved at once (prompt + max_new per sample, + live prefix entries)
+  int64_t max_prefill_tokens = 4096;  // prompt tokens prefilled per step
+  bool prefix_sharing = true;         // compute each distinct prompt's KV once for all its samples
+  bool record_logits = false;         // keep GeneratedSample::logits
   // Another engine's numerics instead of the contract's (model/linear.h):
   // a foreign GEMM reduction order, a unit FP8 KV scale. {}: the contract.
   ForwardOptions forward{};
@@ -93,10 +94,10 @@ struct EngineOptions {
 
 // What the swap to a version does; EngineHooks::on_swap may change it.
 struct EngineSwap {
-  bool drain = true;           // wait for the samples in flight
-  bool drop_prefixes = true;   // flush the prefix cache
-  bool rebind_plan = true;     // bind the decode plan to the new model
-  ForwardOptions forward{};    // the numerics from this version on (in: the current ones)
+  bool drain = true;          // wait for the samples in flight
+  bool drop_prefixes = true;  // flush the prefix cache
+  bool rebind_plan = true;    // bind the decode plan to the new model
+  ForwardOptions forward{};   // the numerics from this version on (in: the current ones)
 };
 
 // The engine's seam for injected faults (faults/ implements it; the engine

@@ -47,9 +47,8 @@ Samples generate(std::shared_ptr<const Model> m, const std::vector<GenerationReq
   Engine e(std::move(m), 1, opt, {pool});
   for (const auto& r : reqs) e.submit(r);
   Samples s = e.run();
-  std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.request, a.index) < std::tie(b.request, b.index);
-  });
+  std::sort(s.begin(), s.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.request, a.index) < std::tie(b.request, b.index); });
   return s;
 }
 
@@ -100,9 +99,11 @@ TEST_P(EngineAgreement, LogprobsEqualScoreAndIgnoreBatching) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, EngineAgreement,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8+fp8kv")),
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values("fp32", "bf16", "mxfp8", "mxfp8-half", "mxfp8+fp8kv")),
                          [](const auto& info) {
-                           std::string n = std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
+                           std::string n =
+                               std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
                            for (char& ch : n)
                              if (ch == '-' || ch == '+') ch = '_';
                            return n;
@@ -210,7 +211,6 @@ TEST(Engine, UpdatesSwapAtomicallyBetweenSamples) {
   EXPECT_EQ(e.version(), 2u);
   EXPECT_EQ(e.cache_epoch(), 1u);
 }
-
 
 TEST(Engine, ShippedWeightsAreUsedByteForByte) {
   for (bool moe : {false, true}) {
@@ -326,7 +326,8 @@ INSTANTIATE_TEST_SUITE_P(Plans, EngineSharing,
                                            std::make_tuple(false, std::string("mxfp8+fp8kv")),
                                            std::make_tuple(true, std::string("mxfp8"))),
                          [](const auto& info) {
-                           std::string n = std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
+                           std::string n =
+                               std::string(std::get<0>(info.param) ? "moe_" : "dense_") + std::get<1>(info.param);
                            for (char& ch : n)
                              if (ch == '-' || ch == '+') ch = '_';
                            return n;
@@ -410,9 +411,8 @@ TEST(Engine, PrefixEntriesNeverCrossAVersion) {
   EXPECT_TRUE(swapped);
   ASSERT_EQ(out.size(), 5u);
   expect_versions(out);
-  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
-    return std::tie(x.request, x.index) < std::tie(y.request, y.index);
-  });
+  std::sort(out.begin(), out.end(),
+            [](const auto& x, const auto& y) { return std::tie(x.request, x.index) < std::tie(y.request, y.index); });
   EXPECT_EQ(out[0].version, 1u);  // sample 0 of `a` was in flight at the stage
   // Everything else is what a fresh engine on version 2 generates.
   Samples fresh = generate(m2, {a, b}, {1 << 20, 4096, false, true});

@@ -22,11 +22,11 @@ std::vector<int32_t> generation_stop_tokens(const ModelConfig& cfg, bool default
                                             const std::string& what);
 
 struct GenerateOptions {
-  int64_t n = 1;                    // samples per prompt
-  int64_t max_new_tokens = 64;      // most tokens per sample
+  int64_t n = 1;                // samples per prompt
+  int64_t max_new_tokens = 64;  // most tokens per sample
   SamplingParams sampling;
   uint64_t seed = 0;
-  std::vector<int32_t> stop_tokens;  // generation_stop_tokens
+  std::vector<int32_t> stop_tokens;                      // generation_stop_tokens
   int64_t kv_budget = EngineOptions{}.kv_budget_tokens;  // KV cache positions reserved at once
   bool prefix_sharing = true;
   // How the front end spells the two limits in its errors ("--max-new-tokens", "max_new_tokens").

@@ -29,9 +29,10 @@ std::vector<Prompt> read_prompts(const std::string& path, const ModelConfig& cfg
     if (has_prompt) {
       if (!j["prompt"].is_string()) fail("{}:{}: \"prompt\" must be a string; {}", path, lineno, kShape);
       if (!tk)
-        fail("{}:{}: a {{\"prompt\": ...}} line needs a tokenizer, and {} has no tokenizer.json "
-             "(give {{\"tokens\": [ids...]}} instead)",
-             path, lineno, model_dir);
+        fail(
+            "{}:{}: a {{\"prompt\": ...}} line needs a tokenizer, and {} has no tokenizer.json "
+            "(give {{\"tokens\": [ids...]}} instead)",
+            path, lineno, model_dir);
       try {
         p.tokens = tk->encode(j["prompt"].get_ref<const std::string&>());
       } catch (const Error& e) {

@@ -15,8 +15,7 @@ namespace mxrl {
 void SamplingParams::validate() const {
   if (std::isnan(temperature) || temperature < 0.0f || std::isinf(temperature))
     fail("sampling: temperature must be a finite number >= 0 (0 is greedy), got {}", temperature);
-  if (std::isnan(top_p) || !(top_p > 0.0f) || top_p > 1.0f)
-    fail("sampling: top_p must be in (0, 1], got {}", top_p);
+  if (std::isnan(top_p) || !(top_p > 0.0f) || top_p > 1.0f) fail("sampling: top_p must be in (0, 1], got {}", top_p);
   if (top_k < 0) fail("sampling: top_k must be >= 0 (0 turns it off), got {}", top_k);
 }
 
@@ -65,8 +64,7 @@ float checked_max(const float* v, int64_t n, const float* logits, float temperat
       if (v[i] < INFINITY) continue;
       if (std::isnan(logits[i])) fail("sampling: logit {} is NaN", i);
       if (std::isinf(logits[i])) fail("sampling: logit {} is +inf", i);
-      fail("sampling: logit {} = {} overflows to +inf when divided by temperature {}", i, logits[i],
-           temperature);
+      fail("sampling: logit {} = {} overflows to +inf when divided by temperature {}", i, logits[i], temperature);
     }
   }
   if (m == -INFINITY) fail("sampling: all {} logits are -inf", n);
@@ -278,8 +276,8 @@ Sampled sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   if (!(u >= 0.0 && u < 1.0)) fail("sampling: the uniform draw must be in [0, 1), got {}", u);
   // scratch = [logits / T (when T != 0, 1) | probabilities (when T > 0)]
   float m;
-  const float* x = scaled_logits(logits, vocab, p.temperature, scratch, &m,
-                                 p.temperature > 0.0f ? static_cast<size_t>(vocab) : 0);
+  const float* x =
+      scaled_logits(logits, vocab, p.temperature, scratch, &m, p.temperature > 0.0f ? static_cast<size_t>(vocab) : 0);
   int32_t token = 0;
   if (p.temperature == 0.0f) {  // x = logits: the first position of the max
     while (!(logits[token] == m)) ++token;
@@ -292,8 +290,7 @@ Sampled sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   return {token, gather_logprob(x, vocab, token)};
 }
 
-float token_logprob(const float* logits, int64_t vocab, float temperature, int32_t token,
-                    std::vector<float>& scratch) {
+float token_logprob(const float* logits, int64_t vocab, float temperature, int32_t token, std::vector<float>& scratch) {
   SamplingParams p;
   p.temperature = temperature;
   p.validate();

@@ -82,7 +82,6 @@ Sampled sample_token(const float* logits, int64_t vocab, const SamplingParams& p
 // log_softmax(logits / T)[token], exactly as sample_token computes it (T == 0
 // or T == 1: the raw logits, bitwise the value `mxrl score` gives). For
 // scoring at a temperature.
-float token_logprob(const float* logits, int64_t vocab, float temperature, int32_t token,
-                    std::vector<float>& scratch);
+float token_logprob(const float* logits, int64_t vocab, float temperature, int32_t token, std::vector<float>& scratch);
 
 }  // namespace mxrl

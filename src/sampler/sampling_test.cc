@@ -132,8 +132,8 @@ void expect_frequencies(const std::vector<float>& logits, const SamplingParams& 
       EXPECT_EQ(count[i], 0) << "token " << i << " is outside the kept set";
     } else {
       const double se = std::sqrt(q * (1.0 - q) / draws);
-      EXPECT_NEAR(f, q, 5.0 * se + 1e-12) << "token " << i << " T=" << p.temperature << " top_p=" << p.top_p
-                                           << " top_k=" << p.top_k;
+      EXPECT_NEAR(f, q, 5.0 * se + 1e-12)
+          << "token " << i << " T=" << p.temperature << " top_p=" << p.top_p << " top_k=" << p.top_k;
     }
   }
 }
@@ -332,8 +332,8 @@ TEST(SampleToken, AgreesWithTheReferenceSemantics) {
     float t, top_p;
     int64_t top_k;
   };
-  const Case cases[] = {{1.0f, 1.0f, 0},  {0.7f, 1.0f, 0},  {1.0f, 0.9f, 0},   {0.6f, 0.5f, 0},
-                        {1.0f, 0.99f, 0}, {1.0f, 1.0f, 1},  {1.0f, 1.0f, 5},   {1.2f, 1.0f, 40},
+  const Case cases[] = {{1.0f, 1.0f, 0},  {0.7f, 1.0f, 0},  {1.0f, 0.9f, 0},    {0.6f, 0.5f, 0},
+                        {1.0f, 0.99f, 0}, {1.0f, 1.0f, 1},  {1.0f, 1.0f, 5},    {1.2f, 1.0f, 40},
                         {1.0f, 0.7f, 10}, {0.9f, 0.95f, 3}, {1.0f, 0.9999f, 0}, {1.0f, 1.0f, 100000}};
   for (uint32_t seed = 0; seed < 6; ++seed) {
     const int64_t n = seed < 3 ? 64 : 3000;
@@ -361,8 +361,9 @@ TEST(SampleToken, QwenSizedVocabulary) {
   auto logits = test::randn(n, 42, 2.5f);
   logits[123456] = 14.0f;  // a peaked distribution, as an LM's
   logits[77] = 12.5f;
-  const SamplingParams ps[] = {params(1.0f), params(0.7f), params(1.0f, 0.9f), params(1.0f, 1.0f, 50),
-                               params(0.8f, 0.95f, 1000), params(0.0f), params(1.0f, 0.3f)};
+  const SamplingParams ps[] = {
+      params(1.0f), params(0.7f),      params(1.0f, 0.9f), params(1.0f, 1.0f, 50), params(0.8f, 0.95f, 1000),
+      params(0.0f), params(1.0f, 0.3f)};
   for (const auto& p : ps) {
     for (int i = 0; i < 8; ++i) {
       const double u = sample_uniform(5, 9, uint64_t(i), 0);

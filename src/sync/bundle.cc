@@ -142,9 +142,12 @@ std::vector<std::byte> le64(uint64_t v) {
 }
 
 json metadata(const Bundle& b) {
-  return {{"format", kBundleFormat},          {"version", std::to_string(b.version)},
-          {"sync", sync_mode_name(b.mode)},   {"recipe", b.recipe},
-          {"plan", b.plan},                   {"config", b.config.dump()},
+  return {{"format", kBundleFormat},
+          {"version", std::to_string(b.version)},
+          {"sync", sync_mode_name(b.mode)},
+          {"recipe", b.recipe},
+          {"plan", b.plan},
+          {"config", b.config.dump()},
           {"manifest", digests_to_json(b.manifest).dump()}};
 }
 
@@ -171,7 +174,8 @@ void check_entry(const TensorDigest& d, const std::string& at) {
   }
   uint64_t n = dtype_size(*dtype_from_name(d.dtype));
   for (int64_t s : d.shape)
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(s), &n)) fail("{}: shape {} is too large", at, shape_str(d.shape));
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(s), &n))
+      fail("{}: shape {} is too large", at, shape_str(d.shape));
   if (n != static_cast<uint64_t>(d.bytes))
     fail("{}: {} bytes listed, but shape {} of {} needs {}", at, d.bytes, shape_str(d.shape), d.dtype, n);
 }
@@ -263,8 +267,7 @@ void read_payload(const SafetensorsFile& f, Bundle& b, const std::string& label)
 std::string at_version(const Bundle& b) { return fmt::format("bundle v{}", b.version); }
 
 void check_target(const Bundle& b, SyncMode want, const ModelConfig& cfg) {
-  if (b.mode != want)
-    fail("{}: a {} bundle, expected {}", at_version(b), sync_mode_name(b.mode), sync_mode_name(want));
+  if (b.mode != want) fail("{}: a {} bundle, expected {}", at_version(b), sync_mode_name(b.mode), sync_mode_name(want));
   // The model's shape, not the dtype its checkpoint was stored in.
   auto shape_of = [](json j) {
     j.erase("torch_dtype"), j.erase("dtype");
@@ -294,7 +297,8 @@ void decode_copy(const Bundle& b, size_t i, const ParamInfo& p, float* dst) {
   if (d.shape != p.shape) fail("{}: shape {}, the model needs {}", at, shape_str(d.shape), shape_str(p.shape));
   const bool bf16 = d.part == "bf16" && d.dtype == "BF16" && d.precision == "bf16";
   const bool f32 = d.part == "f32" && d.dtype == "F32" && d.precision == "fp32";
-  if (!bf16 && !f32) fail("{}: {} {} is not a compute copy (bf16 BF16 or f32 F32 fp32)", at, quote(d.dtype), quote(d.precision));
+  if (!bf16 && !f32)
+    fail("{}: {} {} is not a compute copy (bf16 BF16 or f32 F32 fp32)", at, quote(d.dtype), quote(d.precision));
   const size_t size = bf16 ? sizeof(uint16_t) : sizeof(float);
   if (bytes.size() != static_cast<size_t>(p.numel) * size)
     fail("{}: {} bytes, the model needs {}", at, bytes.size(), p.numel * size);
@@ -326,11 +330,16 @@ PreparedLinear decode_linear(const Bundle& b, const std::vector<size_t>& parts, 
   for (size_t i : parts) {
     const TensorDigest& d = b.manifest[i];
     const std::vector<std::byte>& bytes = b.payload[i];
-    if (d.part == "f32") assign_bytes(L.f32, bytes);
-    else if (d.part == "bf16") assign_bytes(L.bf16, bytes);
-    else if (d.part == "codes") assign_bytes(L.codes, bytes);
-    else if (d.part == "scales" && mx) assign_bytes(L.mx_scales, bytes);
-    else if (d.part == "scales") assign_bytes(L.fp8_scales, bytes);
+    if (d.part == "f32")
+      assign_bytes(L.f32, bytes);
+    else if (d.part == "bf16")
+      assign_bytes(L.bf16, bytes);
+    else if (d.part == "codes")
+      assign_bytes(L.codes, bytes);
+    else if (d.part == "scales" && mx)
+      assign_bytes(L.mx_scales, bytes);
+    else if (d.part == "scales")
+      assign_bytes(L.fp8_scales, bytes);
     listed.push_back(d);
   }
   const std::vector<std::string> diff = compare_digests(listed, linear_digests(L, name));
@@ -399,16 +408,19 @@ Bundle make_ship_bundle(const Model& learner, const ParamTable& masters, const P
   b.plan = sampler_plan.name;
   b.config = learner.config().to_json();
   const bool bf16 = sampler_plan.bf16_embeddings;
-  for_each_slot(masters, sampler_plan, [&](int i, const ParamInfo& p, const std::string& name, const LinearPrecision* want) {
-    if (!want) {
-      const NamedBuffer& c = mine.copy(p.name);
-      add_copy(b, c.name, c.shape, c.data, c.numel, bf16);
-      return;
-    }
-    const PreparedLinear& have = mine.linear(name, p);
-    if (have.prec == *want) add_linear(b, have, name);
-    else add_linear(b, PreparedLinear::prepare(p.name, masters.data(i), p.shape[0], p.shape[1], *want, exec), name);
-  });
+  for_each_slot(
+      masters, sampler_plan, [&](int i, const ParamInfo& p, const std::string& name, const LinearPrecision* want) {
+        if (!want) {
+          const NamedBuffer& c = mine.copy(p.name);
+          add_copy(b, c.name, c.shape, c.data, c.numel, bf16);
+          return;
+        }
+        const PreparedLinear& have = mine.linear(name, p);
+        if (have.prec == *want)
+          add_linear(b, have, name);
+        else
+          add_linear(b, PreparedLinear::prepare(p.name, masters.data(i), p.shape[0], p.shape[1], *want, exec), name);
+      });
   return b;
 }
 
@@ -435,9 +447,9 @@ Bundle export_bundle(const ParamTable& masters, const PrecisionPlan& learner_pla
 }
 
 json bundle_summary(const Bundle& b) {
-  return {{"format", kBundleFormat}, {"version", b.version}, {"sync", sync_mode_name(b.mode)},
-          {"recipe", b.recipe},      {"plan", b.plan},       {"config", b.config},
-          {"manifest", digests_to_json(b.manifest)}};
+  return {
+      {"format", kBundleFormat}, {"version", b.version}, {"sync", sync_mode_name(b.mode)},         {"recipe", b.recipe},
+      {"plan", b.plan},          {"config", b.config},   {"manifest", digests_to_json(b.manifest)}};
 }
 
 std::vector<TensorDigest> expected_manifest(const Model& learner, const ParamTable& masters,
@@ -447,23 +459,25 @@ std::vector<TensorDigest> expected_manifest(const Model& learner, const ParamTab
   const bool bf16 = sampler_plan.bf16_embeddings;
   const bool learner_copies = learner.plan().bf16_embeddings == bf16;
   std::vector<TensorDigest> out;
-  for_each_slot(masters, sampler_plan, [&](int i, const ParamInfo& p, const std::string& name, const LinearPrecision* want) {
-    if (!want) {
-      const float* v = learner_copies ? mine.copy(p.name).data : masters.data(i);
-      const std::vector<std::byte> bytes = copy_bytes(v, p.numel, bf16);
-      TensorDigest d = copy_entry(p.name, p.shape, bf16);
-      d.bytes = static_cast<int64_t>(bytes.size());
-      d.xxh3 = digest_bytes(bytes.data(), bytes.size());
-      out.push_back(std::move(d));
-      return;
-    }
-    const PreparedLinear& have = mine.linear(name, p);
-    const std::vector<TensorDigest> ds =
-        have.prec == *want
-            ? linear_digests(have, name)
-            : linear_digests(PreparedLinear::prepare(p.name, masters.data(i), p.shape[0], p.shape[1], *want, exec), name);
-    out.insert(out.end(), ds.begin(), ds.end());
-  });
+  for_each_slot(
+      masters, sampler_plan, [&](int i, const ParamInfo& p, const std::string& name, const LinearPrecision* want) {
+        if (!want) {
+          const float* v = learner_copies ? mine.copy(p.name).data : masters.data(i);
+          const std::vector<std::byte> bytes = copy_bytes(v, p.numel, bf16);
+          TensorDigest d = copy_entry(p.name, p.shape, bf16);
+          d.bytes = static_cast<int64_t>(bytes.size());
+          d.xxh3 = digest_bytes(bytes.data(), bytes.size());
+          out.push_back(std::move(d));
+          return;
+        }
+        const PreparedLinear& have = mine.linear(name, p);
+        const std::vector<TensorDigest> ds =
+            have.prec == *want
+                ? linear_digests(have, name)
+                : linear_digests(PreparedLinear::prepare(p.name, masters.data(i), p.shape[0], p.shape[1], *want, exec),
+                                 name);
+        out.insert(out.end(), ds.begin(), ds.end());
+      });
   return out;
 }
 
@@ -531,7 +545,8 @@ WeightShipment bundle_to_shipment(const Bundle& b, const ModelConfig& cfg) {
       s.linears.emplace(p->name, decode_linear(b, parts, *p));
       continue;
     }
-    if (parts.size() != 1) fail("{}: {} has {} parts, a compute copy has one", at_version(b), quote(name), parts.size());
+    if (parts.size() != 1)
+      fail("{}: {} has {} parts, a compute copy has one", at_version(b), quote(name), parts.size());
     std::vector<float>& v = s.copies[p->name];
     v.resize(p->numel);
     decode_copy(b, parts[0], *p, v.data());

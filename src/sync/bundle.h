@@ -52,15 +52,15 @@ namespace mxrl {
 inline constexpr const char* kBundleFormat = "mxrl.sync.bundle/1";
 
 enum class SyncMode { Ship, Requantize };
-const char* sync_mode_name(SyncMode m);           // "ship", "requantize"
-SyncMode parse_sync_mode(const std::string& s);   // throws listing both
+const char* sync_mode_name(SyncMode m);          // "ship", "requantize"
+SyncMode parse_sync_mode(const std::string& s);  // throws listing both
 
 struct Bundle {
   uint64_t version = 0;
   SyncMode mode = SyncMode::Ship;
-  std::string recipe;     // the learner's plan name (PrecisionPlan::name)
-  std::string plan;       // ship: the sampler plan name; requantize: the learner plan name
-  nlohmann::json config;  // ModelConfig::to_json() of the model
+  std::string recipe;                           // the learner's plan name (PrecisionPlan::name)
+  std::string plan;                             // ship: the sampler plan name; requantize: the learner plan name
+  nlohmann::json config;                        // ModelConfig::to_json() of the model
   std::vector<TensorDigest> manifest;           // one entry per payload part, in order
   std::vector<std::vector<std::byte>> payload;  // payload[i]: the bytes manifest[i] describes
 };

@@ -113,7 +113,8 @@ TEST(LinearPrecisionParse, InvertsStr) {
   EXPECT_EQ(LinearPrecision::parse("bf16"), LinearPrecision{Precision::BF16});  // defaults where str() shows nothing
   EXPECT_EQ(LinearPrecision::parse("fp8-block128(e4m3)"), (LinearPrecision{Precision::FP8Block128, ElemType::E4M3}));
   for (const char* bad : {"", "mxfp8", "mxfp8(e4m3)", "bf16(e4m3)", "MXFP8(e4m3,rceil)", "fp8-tensor(e4m3,rceil)"})
-    EXPECT_NE(error_of([&] { LinearPrecision::parse(bad); }).find("unknown linear precision"), std::string::npos) << bad;
+    EXPECT_NE(error_of([&] { LinearPrecision::parse(bad); }).find("unknown linear precision"), std::string::npos)
+        << bad;
 }
 
 TEST(SyncMode, NamesAndParse) {
@@ -133,8 +134,8 @@ TEST(Bundle, RoundTripIsByteIdenticalPerPlan) {
     for (const char* name : {"mxfp8", "bf16", "mxfp8-half", "fp8-block128", "fp32"}) {
       SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + name);
       const Model learner(masters, plan(name));
-      for (const Bundle& b : {make_ship_bundle(learner, masters, plan(name), 42),
-                              make_requantize_bundle(masters, plan(name), 7)}) {
+      for (const Bundle& b :
+           {make_ship_bundle(learner, masters, plan(name), 42), make_requantize_bundle(masters, plan(name), 7)}) {
         const std::vector<std::byte> bytes = serialize(b);
         const Bundle back = parse_bundle(bytes, "b.safetensors");
         EXPECT_EQ(serialize(back), bytes);
@@ -188,7 +189,8 @@ TEST(Bundle, KeysFollowVllmNamingAndTheTiedHeadIsLmHead) {
   EXPECT_EQ(dtype("lm_head.weight"), "BF16");             // the tied head (bf16 in mxfp8)
   EXPECT_EQ(dtype("model.norm.weight"), "BF16");
   const Model fp8(dense, plan("fp8-block128"));
-  const SafetensorsFile g = SafetensorsFile::parse(serialize(make_ship_bundle(fp8, dense, plan("fp8-block128"), 0)), "g");
+  const SafetensorsFile g =
+      SafetensorsFile::parse(serialize(make_ship_bundle(fp8, dense, plan("fp8-block128"), 0)), "g");
   EXPECT_EQ(std::string(dtype_name(g.at("model.layers.1.mlp.down_proj.weight_scale").dtype)), "F32");
   // Untied: lm_head.weight is the head, and no tied name is listed.
   const ParamTable moe = make_params(true);
@@ -216,7 +218,8 @@ TEST(Bundle, ShipDecodesToTheExpectedManifest) {
         EXPECT_EQ(expected, model_digests(Model(masters, plan(sp))));
         EXPECT_EQ(b.manifest, expected);
         const Bundle got = parse_bundle(serialize(b), "wire");
-        const Model sampler = Model::from_shipment(masters.config(), plan(sp), bundle_to_shipment(got, masters.config()));
+        const Model sampler =
+            Model::from_shipment(masters.config(), plan(sp), bundle_to_shipment(got, masters.config()));
         EXPECT_EQ(model_digests(sampler), expected);
         if (sp == lp) {
           EXPECT_EQ(model_digests(sampler), model_digests(learner));
@@ -229,9 +232,9 @@ TEST(Bundle, ShipDecodesToTheExpectedManifest) {
 TEST(Bundle, ShipOnGridIsTheLearnersBytes) {
   const ParamTable masters = make_params(false);
   const Model learner(masters, plan("mxfp8"));
-  const Model sampler = Model::from_shipment(masters.config(), plan("mxfp8-half"),
-                                             bundle_to_shipment(make_ship_bundle(learner, masters, plan("mxfp8-half"), 1),
-                                                                masters.config()));
+  const Model sampler = Model::from_shipment(
+      masters.config(), plan("mxfp8-half"),
+      bundle_to_shipment(make_ship_bundle(learner, masters, plan("mxfp8-half"), 1), masters.config()));
   // Layer 0 on the learner's grid, byte for byte; layer 1 the BF16 copy.
   EXPECT_EQ(sampler.layer(0).q.codes, learner.layer(0).q.codes);
   EXPECT_EQ(sampler.layer(0).q.mx_scales, learner.layer(0).q.mx_scales);
@@ -269,28 +272,32 @@ TEST(Bundle, ShipCompatibility) {
   expect_refused([&] { check_ship_compatible(plan("bf16"), plan("mxfp8"), cfg); }, "ship: ",
                  {"model.layers.0.self_attn.q_proj.weight", "bf16 on the learner", "mxfp8(e4m3,rceil) on the sampler",
                   "requantize"});
-  expect_refused([&] { check_ship_compatible(plan("mxfp8"), plan("mxfp8-floor"), cfg); }, "ship: ",
-                 {"q_proj.weight", "mxfp8(e4m3,rceil) on the learner", "mxfp8(e4m3,floor) on the sampler"});
+  expect_refused([&] { check_ship_compatible(plan("mxfp8"), plan("mxfp8-floor"), cfg); },
+                 "ship: ", {"q_proj.weight", "mxfp8(e4m3,rceil) on the learner", "mxfp8(e4m3,floor) on the sampler"});
   expect_refused([&] { check_ship_compatible(plan("mxfp8"), plan("fp32"), cfg); }, "ship: ", {"embeddings"});
   PrecisionPlan fp32_linears = plan("mxfp8");
   fp32_linears.name = "mxfp8-fp32-head";
   fp32_linears.lm_head = {Precision::FP32};
-  expect_refused([&] { check_ship_compatible(plan("mxfp8"), fp32_linears, cfg); }, "ship: ", {"lm_head.weight", "fp32"});
+  expect_refused([&] { check_ship_compatible(plan("mxfp8"), fp32_linears, cfg); },
+                 "ship: ", {"lm_head.weight", "fp32"});
   // The tied head is checked under its own name.
   PrecisionPlan mx_head = plan("mxfp8");
   mx_head.lm_head = mx_head.decoder;
-  expect_refused([&] { check_ship_compatible(plan("mxfp8"), mx_head, small_test_config(false)); }, "ship: ",
-                 {kTiedLmHeadName});
+  expect_refused([&] { check_ship_compatible(plan("mxfp8"), mx_head, small_test_config(false)); },
+                 "ship: ", {kTiedLmHeadName});
   const ParamTable masters = make_params(false);
-  expect_refused([&] { make_ship_bundle(Model(masters, plan("bf16")), masters, plan("mxfp8"), 0); }, "ship: ", {"q_proj"});
+  expect_refused([&] { make_ship_bundle(Model(masters, plan("bf16")), masters, plan("mxfp8"), 0); },
+                 "ship: ", {"q_proj"});
 }
 
 TEST(Bundle, DecodingRefusesTheWrongModelOrMode) {
   const ParamTable dense = make_params(false);
   const Bundle ship = make_ship_bundle(Model(dense, plan("mxfp8")), dense, plan("mxfp8"), 3);
   const Bundle req = make_requantize_bundle(dense, plan("mxfp8"), 3);
-  expect_refused([&] { bundle_to_params(ship, dense.config()); }, "bundle v3: ", {"a ship bundle, expected requantize"});
-  expect_refused([&] { bundle_to_shipment(req, dense.config()); }, "bundle v3: ", {"a requantize bundle, expected ship"});
+  expect_refused([&] { bundle_to_params(ship, dense.config()); },
+                 "bundle v3: ", {"a ship bundle, expected requantize"});
+  expect_refused([&] { bundle_to_shipment(req, dense.config()); },
+                 "bundle v3: ", {"a requantize bundle, expected ship"});
   ModelConfig other = dense.config();
   other.intermediate_size = 128;
   expect_refused([&] { bundle_to_shipment(ship, other); }, "bundle v3: ", {"another model", "intermediate_size"});
@@ -333,7 +340,9 @@ class Corrupt : public ::testing::Test {
   std::vector<std::byte> bytes_;
 };
 
-TEST_F(Corrupt, TheUneditedFileParses) { EXPECT_EQ(serialize(parse_bundle(edited([](RawFile&) {}), "ok")), bytes_); }
+TEST_F(Corrupt, TheUneditedFileParses) {
+  EXPECT_EQ(serialize(parse_bundle(edited([](RawFile&) {}), "ok")), bytes_);
+}
 
 TEST_F(Corrupt, AFlippedPayloadByteNamesTheTensorAndPart) {
   const std::string key = "model.layers.2.mlp.experts.1.up_proj.weight_scale";
@@ -349,16 +358,20 @@ TEST_F(Corrupt, AFlippedPayloadByteNamesTheTensorAndPart) {
 
 TEST_F(Corrupt, ADroppedOrExtraTensor) {
   refused(edited([](RawFile& r) {
-            std::erase_if(r.tensors, [](const RawTensor& t) { return t.key == "model.layers.1.self_attn.v_proj.weight"; });
+            std::erase_if(r.tensors,
+                          [](const RawTensor& t) { return t.key == "model.layers.1.self_attn.v_proj.weight"; });
           }),
           {"'model.layers.1.self_attn.v_proj.weight' ['codes']", "no tensor"});
-  refused(edited([](RawFile& r) { r.tensors.push_back({"extra.weight", "F32", {2}, std::vector<std::byte>(8)}); }),
+  refused(edited([](RawFile& r) {
+            r.tensors.push_back({"extra.weight", "F32", {2}, std::vector<std::byte>(8)});
+          }),
           {"'extra.weight' is not in the manifest"});
 }
 
 TEST_F(Corrupt, AHeaderDisagreeingWithTheManifest) {
   const std::string q = "model.layers.0.self_attn.q_proj.weight";
-  refused(edited([&](RawFile& r) { tensor(r, q).dtype = "F8_E5M2"; }), {"'" + q + "' ['codes']", "is F8_E5M2", "F8_E4M3"});
+  refused(edited([&](RawFile& r) { tensor(r, q).dtype = "F8_E5M2"; }),
+          {"'" + q + "' ['codes']", "is F8_E5M2", "F8_E4M3"});
   refused(edited([&](RawFile& r) { tensor(r, q).dtype = "U8"; }), {q, "U8"});
   refused(edited([&](RawFile& r) { tensor(r, q).shape = {64, 128}; }), {q, "shape [64, 128]", "[128, 64]"});
   refused(edited([&](RawFile& r) {

@@ -32,7 +32,7 @@ CheckMode parse_check_mode(const std::string& s) {
 }
 
 const std::vector<std::string>& check_names() {
-  static const std::vector<std::string> n = {"coverage", "placement", "grid", "exceptions",
+  static const std::vector<std::string> n = {"coverage",  "placement", "grid",     "exceptions",
                                              "freshness", "atomicity", "agreement"};
   return n;
 }
@@ -103,7 +103,8 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
     (high_precision(e) ? exceptions : grid).push_back(std::move(line));
   }
   for (const auto& [name, parts] : got_parts)
-    if (!exp_parts.count(name)) coverage.push_back(fmt::format("extra {}: not expected under the sampler's plan", name));
+    if (!exp_parts.count(name))
+      coverage.push_back(fmt::format("extra {}: not expected under the sampler's plan", name));
   // Tensors of which some part was written by this sync (it holds this
   // version's bytes, which differ from the previous version's).
   std::set<std::string> written;
@@ -129,7 +130,8 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
       auto o = owner.find(g.xxh3);
       auto p = prev.find(key);
       if (p != prev.end() && p->second->xxh3 == g.xxh3 && written.count(key.first))
-        bucket.push_back(fmt::format("{}: still holds the previous version's bytes beside this version's other parts", at));
+        bucket.push_back(
+            fmt::format("{}: still holds the previous version's bytes beside this version's other parts", at));
       else if (p != prev.end() && p->second->xxh3 == g.xxh3)
         coverage.push_back(fmt::format("{}: still holds the previous version's bytes (not written by this sync)", at));
       else if (o != owner.end())
@@ -137,8 +139,8 @@ std::vector<CheckResult> check_manifests(const std::vector<TensorDigest>& expect
       else if (transposed && transposed(key.first))
         placement.push_back(fmt::format("{}: holds the learner's weight transposed", at));
       else
-        bucket.push_back(fmt::format("{}: bytes differ from the learner's (xxh3 {:016x}, expected {:016x})", at,
-                                     g.xxh3, e->xxh3));
+        bucket.push_back(
+            fmt::format("{}: bytes differ from the learner's (xxh3 {:016x}, expected {:016x})", at, g.xxh3, e->xxh3));
     }
   }
   std::vector<CheckResult> out;
@@ -168,7 +170,8 @@ CheckResult check_freshness(const Engine& engine, const Exec& exec) {
   std::vector<std::string> f;
   const uint64_t v = engine.version();
   for (const DerivedObject& d : engine.derived_objects())
-    if (d.version != v) f.push_back(fmt::format("{} {}: built under version {}, live version {}", d.kind, d.name, d.version, v));
+    if (d.version != v)
+      f.push_back(fmt::format("{} {}: built under version {}, live version {}", d.kind, d.name, d.version, v));
   if (!engine.plan_is_live()) f.push_back("plan: the execution plan computes with a model other than the live one");
   for (const PreparedLinear* l : engine.model().linears()) {
     const PackedWeight fresh = PackedWeight::pack(l->view(), exec);
@@ -196,9 +199,10 @@ CheckResult check_atomicity(const Engine& engine, const Expectation& e, const st
   if (e.sync_failed) {
     if (live != e.previous_manifest) {
       int64_t changed = 0;
-      for (size_t i = 0; i < live.size() && i < e.previous_manifest.size(); ++i) changed += !(live[i] == e.previous_manifest[i]);
-      f.push_back(fmt::format("the failed sync to version {} left {} tensors changed: the sampler serves a mix", e.version,
-                              changed + static_cast<int64_t>(live.size() != e.previous_manifest.size())));
+      for (size_t i = 0; i < live.size() && i < e.previous_manifest.size(); ++i)
+        changed += !(live[i] == e.previous_manifest[i]);
+      f.push_back(fmt::format("the failed sync to version {} left {} tensors changed: the sampler serves a mix",
+                              e.version, changed + static_cast<int64_t>(live.size() != e.previous_manifest.size())));
     }
   } else if (engine.version() != e.version || engine.update_pending()) {
     f.push_back(fmt::format("the sampler reports version {}{}, expected {}", engine.version(),
@@ -247,13 +251,16 @@ CheckResult check_agreement(const std::vector<std::vector<float>>& reference, co
   }
   std::vector<std::string> f;
   if (bound.bitwise && unequal > 0)
-    f.push_back(fmt::format("{} of {} probe tokens differ from the learner's log-probs (same plan: must be bitwise); {}",
-                            unequal, stats.tokens(), first));
+    f.push_back(
+        fmt::format("{} of {} probe tokens differ from the learner's log-probs (same plan: must be bitwise); {}",
+                    unequal, stats.tokens(), first));
   if (!bound.bitwise && stats.tokens() > 0) {
     if (stats.kl_mean() > bound.max_kl)
-      f.push_back(fmt::format("mean exact KL {:.3g} per token exceeds the bound {:.3g}", stats.kl_mean(), bound.max_kl));
+      f.push_back(
+          fmt::format("mean exact KL {:.3g} per token exceeds the bound {:.3g}", stats.kl_mean(), bound.max_kl));
     if (stats.abs_dlogp_max() > bound.max_abs_dlogp)
-      f.push_back(fmt::format("max |dlogp| {:.3g} exceeds the bound {:.3g}", stats.abs_dlogp_max(), bound.max_abs_dlogp));
+      f.push_back(
+          fmt::format("max |dlogp| {:.3g} exceeds the bound {:.3g}", stats.abs_dlogp_max(), bound.max_abs_dlogp));
   }
   CheckResult r = result("agreement", std::move(f), t0);
   r.measured = stats.to_json();

@@ -98,8 +98,8 @@ struct Probe {
 };
 
 struct AgreementBound {
-  bool bitwise = true;      // the plans match: every log-prob must be equal, bit for bit
-  double max_kl = 0.05;     // otherwise: mean exact KL per token at most this
+  bool bitwise = true;         // the plans match: every log-prob must be equal, bit for bit
+  double max_kl = 0.05;        // otherwise: mean exact KL per token at most this
   double max_abs_dlogp = 2.0;  // and max |Δlogp| at most this
 };
 
@@ -109,7 +109,8 @@ CheckResult check_agreement(const Model& learner, const Engine& engine, const Pr
                             const Exec& learner_exec = {});
 // The same in two halves, for a learner in another process: the learner's
 // logits rows of each probe sequence, and the check against them.
-std::vector<std::vector<float>> probe_reference(const Model& learner, const Probe& probe, const Exec& learner_exec = {});
+std::vector<std::vector<float>> probe_reference(const Model& learner, const Probe& probe,
+                                                const Exec& learner_exec = {});
 CheckResult check_agreement(const std::vector<std::vector<float>>& reference, const Engine& engine, const Probe& probe,
                             const AgreementBound& bound);
 

@@ -113,9 +113,7 @@ double MismatchStats::token_mult_prob_error() const { return n_ ? mult_sum_ / st
 double MismatchStats::is_mean() const { return n_ ? w_sum_ / static_cast<double>(n_) : kNaN; }
 double MismatchStats::is_max() const { return n_ ? w_max_ : kNaN; }
 double MismatchStats::is_min() const { return n_ ? w_min_ : kNaN; }
-double MismatchStats::is_ess() const {
-  return n_ ? w_sum_ * w_sum_ / (static_cast<double>(n_) * w_sq_sum_) : kNaN;
-}
+double MismatchStats::is_ess() const { return n_ ? w_sum_ * w_sum_ / (static_cast<double>(n_) * w_sq_sum_) : kNaN; }
 
 nlohmann::json MismatchStats::to_json() const {
   const auto num = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };

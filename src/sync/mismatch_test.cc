@@ -93,10 +93,10 @@ TEST(Entropy, UniformAndOneHot) {
 TEST(MismatchStats, KnownInputs) {
   const double ln2 = std::log(2.0);
   MismatchStats s;
-  s.add(-1.0, -1.0, 0.0);              // D = 0
-  s.add(-1.0 + ln2, -1.0);             // D = ln 2, no KL
-  s.add(-3.0 - ln2, -3.0, 0.25);       // D = -ln 2
-  s.add(-0.5, -0.5 - 2 * ln2, 1.0);    // D = ln 4
+  s.add(-1.0, -1.0, 0.0);            // D = 0
+  s.add(-1.0 + ln2, -1.0);           // D = ln 2, no KL
+  s.add(-3.0 - ln2, -3.0, 0.25);     // D = -ln 2
+  s.add(-0.5, -0.5 - 2 * ln2, 1.0);  // D = ln 4
   // w = e^D = (1, 2, 1/2, 4)
   EXPECT_EQ(s.tokens(), 4);
   EXPECT_EQ(s.kl_tokens(), 3);

@@ -30,7 +30,7 @@ std::vector<std::string> SyncReport::findings() const {
 }
 
 nlohmann::json SyncReport::to_json() const {
-  nlohmann::json j = {{"version", version}, {"applied", applied}, {"bytes", bytes},
+  nlohmann::json j = {{"version", version},       {"applied", applied},       {"bytes", bytes},
                       {"build_s", build_seconds}, {"apply_s", apply_seconds}, {"checks_s", check_seconds}};
   if (!error.empty()) j["error"] = error;
   nlohmann::json cs = nlohmann::json::object();

@@ -72,12 +72,12 @@ struct SyncHooks {
 struct SyncSettings {
   SyncMode mode = SyncMode::Ship;
   CheckMode checks = CheckMode::Stop;
-  int64_t agreement_every = 1;   // run the agreement check on every Nth version (0: never)
-  AgreementBound bound;          // bound.bitwise: the sampler runs the learner's plan
+  int64_t agreement_every = 1;  // run the agreement check on every Nth version (0: never)
+  AgreementBound bound;         // bound.bitwise: the sampler runs the learner's plan
   // The plan the sampler is meant to run: the expectation the checks compare
   // against (unset: the engine's plan at the time of the sync).
   std::optional<PrecisionPlan> sampler_plan;
-  SyncHooks hooks;               // injected faults at the learner's, the channel's and the loader's seams
+  SyncHooks hooks;  // injected faults at the learner's, the channel's and the loader's seams
   // The chunked channel's sender (keeps the last version's chunks); null:
   // one per sync, 1 MiB chunks.
   std::shared_ptr<ChunkSender> sender;
@@ -89,14 +89,14 @@ using Channel = std::function<std::vector<std::byte>(std::vector<std::byte>)>;
 
 struct SyncReport {
   uint64_t version = 0;
-  bool applied = false;        // the sampler serves `version`
-  std::string error;           // why the sampler refused the bundle, if it did
+  bool applied = false;  // the sampler serves `version`
+  std::string error;     // why the sampler refused the bundle, if it did
   int64_t bytes = 0;
   double build_seconds = 0, apply_seconds = 0, check_seconds = 0;
-  std::vector<CheckResult> checks;  // those that ran, in condition order
-  bool passed() const;              // applied and every check that ran passed
+  std::vector<CheckResult> checks;            // those that ran, in condition order
+  bool passed() const;                        // applied and every check that ran passed
   std::vector<std::string> findings() const;  // "check: finding" lines
-  nlohmann::json to_json() const;   // per check: passed, seconds, findings (and measured)
+  nlohmann::json to_json() const;             // per check: passed, seconds, findings (and measured)
 };
 
 // Whether a sampler plan computes exactly as the learner's plan does (same
@@ -133,7 +133,8 @@ CheckReference learner_reference(const Model& learner, const ParamTable& masters
 // checks run against the live engine.
 SyncReport apply_and_check(Engine& engine, uint64_t version, const std::function<std::vector<std::byte>()>& receive,
                            const std::function<CheckReference()>& reference, const SyncSettings& s, const Probe& probe,
-                           const std::vector<GeneratedSample>& rollout, uint64_t rollout_version, const Exec& exec = {});
+                           const std::vector<GeneratedSample>& rollout, uint64_t rollout_version,
+                           const Exec& exec = {});
 
 // One sync of version `version` from the learner (its forward model and FP32
 // masters) to `engine`, then the checks. `rollout` holds the samples of the

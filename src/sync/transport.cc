@@ -67,7 +67,8 @@ ChunkFrame frame_of(std::span<const std::byte> bundle, uint64_t version, size_t 
 }  // namespace
 
 size_t chunk_count(size_t bytes, size_t chunk_bytes) {
-  if (chunk_bytes == 0 || chunk_bytes > (size_t{1} << 30)) fail("sync: chunk size must be in 1 .. 1 GiB, got {}", chunk_bytes);
+  if (chunk_bytes == 0 || chunk_bytes > (size_t{1} << 30))
+    fail("sync: chunk size must be in 1 .. 1 GiB, got {}", chunk_bytes);
   const size_t n = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
   if (n > UINT32_MAX) fail("sync: {} chunks of {} bytes is too many", n, chunk_bytes);
   return n;
@@ -125,8 +126,10 @@ void Staging::accept(std::span<const std::byte> chunk) {
 
 std::span<std::byte> Staging::begin_chunk(std::span<const std::byte> header, size_t wire_bytes) {
   const uint32_t at = next_;
-  if (header.size() != kChunkHeaderBytes) fail("{}: version {} chunk {}: a {}-byte header", label_, version_, at, header.size());
-  if (std::memcmp(header.data(), kMagic, 8) != 0) fail("{}: version {} chunk {}: not a bundle chunk (bad magic)", label_, version_, at);
+  if (header.size() != kChunkHeaderBytes)
+    fail("{}: version {} chunk {}: a {}-byte header", label_, version_, at, header.size());
+  if (std::memcmp(header.data(), kMagic, 8) != 0)
+    fail("{}: version {} chunk {}: not a bundle chunk (bad magic)", label_, version_, at);
   const Header h = read_header(header.data());
   if (h.version != version_)
     fail("{}: chunk {} is of version {}, expected version {} (a stale chunk)", label_, h.index, h.version, version_);
@@ -141,12 +144,12 @@ std::span<std::byte> Staging::begin_chunk(std::span<const std::byte> header, siz
     buf_.clear();
     checks_.clear();
   } else if (h.count != count_ || h.total != total_) {
-    fail("{}: version {} chunk {}: says {} chunks / {} bytes, chunk 0 said {} / {}", label_, version_, at, h.count, h.total,
-         count_, total_);
+    fail("{}: version {} chunk {}: says {} chunks / {} bytes, chunk 0 said {} / {}", label_, version_, at, h.count,
+         h.total, count_, total_);
   }
   if (h.offset != filled_ || h.length > total_ - filled_)
-    fail("{}: version {} chunk {}: offset {} length {} does not continue the {} bytes staged (of {})", label_, version_, at,
-         h.offset, h.length, filled_, total_);
+    fail("{}: version {} chunk {}: offset {} length {} does not continue the {} bytes staged (of {})", label_, version_,
+         at, h.offset, h.length, filled_, total_);
   if (wire_bytes != h.length)
     fail("{}: version {} chunk {}: truncated or padded: {} payload bytes, header says {}", label_, version_, at,
          wire_bytes, h.length);

@@ -60,11 +60,13 @@ TEST(Transport, RefusesWhatTransitBreaks) {
   EXPECT_NE(edit([](auto& c) { c[5].resize(c[5].size() - 1); }).find("chunk 5: truncated"), std::string::npos);
   EXPECT_NE(edit([](auto& c) { c[5].resize(10); }).find("shorter than the 64-byte header"), std::string::npos);
   EXPECT_NE(edit([](auto& c) { c.pop_back(); }).find("9 of 10 chunks staged"), std::string::npos);
-  EXPECT_NE(edit([](auto& c) { std::swap(c[2], c[3]); }).find("chunk 3 arrived where chunk 2 was due"), std::string::npos);
+  EXPECT_NE(edit([](auto& c) { std::swap(c[2], c[3]); }).find("chunk 3 arrived where chunk 2 was due"),
+            std::string::npos);
   EXPECT_NE(edit([](auto& c) { c[6] = c[5]; }).find("chunk 5 arrived where chunk 6"), std::string::npos);
   EXPECT_NE(edit([](auto& c) { c[0][0] = std::byte{'X'}; }).find("bad magic"), std::string::npos);
   const auto old = make_chunks(b, 2, 100);
-  EXPECT_NE(edit([&](auto& c) { c[7] = old[7]; }).find("chunk 7 is of version 2, expected version 3"), std::string::npos);
+  EXPECT_NE(edit([&](auto& c) { c[7] = old[7]; }).find("chunk 7 is of version 2, expected version 3"),
+            std::string::npos);
 }
 
 // A hook sees every frame of a send, and its edits go on the wire: the

@@ -88,8 +88,7 @@ std::unique_ptr<JsonlTask> JsonlTask::parse(std::string_view text, const std::st
   if (t->train_.empty() || t->eval_.empty()) {
     // Fallback: the last item (and its duplicates) in Eval, the rest in Train.
     std::vector<Problem> all;
-    for (const std::vector<Problem>* v : {&t->train_, &t->eval_})
-      all.insert(all.end(), v->begin(), v->end());
+    for (const std::vector<Problem>* v : {&t->train_, &t->eval_}) all.insert(all.end(), v->begin(), v->end());
     // Restore file order: one of the two was empty, so `all` is already in order.
     t->train_.clear();
     t->eval_.clear();

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -30,9 +30,8 @@ std::string line(const std::string& prompt, const std::string& answer) {
 class DatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("rl_dataset_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::path(::testing::TempDir()) / ("rl_dataset_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -66,7 +65,8 @@ TEST_F(DatasetTest, LoadsItemsInFileOrder) {
   for (int i = 0; i < 100; ++i) text += line(fmt::format("q{}", i), fmt::format("a{}", i));
   // Extra fields, blank lines, whitespace-only lines and CRLF are fine.
   text += "\n   \n\t\r\n";
-  text += R"({"id": 7, "prompt": "extra", "answer": "fields", "meta": {"x": [1, 2]}})" "\r\n";
+  text += R"({"id": 7, "prompt": "extra", "answer": "fields", "meta": {"x": [1, 2]}})"
+          "\r\n";
   const std::string path = write("data.jsonl", text);
   const auto task = load_jsonl_task(path);
   EXPECT_EQ(task->name(), "jsonl:" + path);
@@ -168,8 +168,8 @@ TEST_F(DatasetTest, ALineLongerThanTheModelAllowsIsRefusedWhileReading) {
        {std::pair<std::string, int>{line("a", "b") + "\n" + line(std::string(8 << 20, 'x'), "y") + line("c", "d"), 3},
         std::pair<std::string, int>{line("a", "b") + line(std::string(limit, 'x'), "y") + line("c", "d"), 2}}) {
     const std::string p = write("long.jsonl", text);
-    const std::string want = fmt::format("{}:{}: line longer than {} bytes, more than the model's positions allow",
-                                         p, bad_line, limit);
+    const std::string want =
+        fmt::format("{}:{}: line longer than {} bytes, more than the model's positions allow", p, bad_line, limit);
     try {
       load_jsonl_task(p, limit);
       ADD_FAILURE() << "expected an error";

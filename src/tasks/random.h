@@ -33,9 +33,7 @@ class Rng {
     }
   }
   // Uniform in [lo, hi].
-  int64_t range(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
-  }
+  int64_t range(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1)); }
 
  private:
   uint64_t s_;

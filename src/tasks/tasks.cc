@@ -67,8 +67,7 @@ std::string describe_tasks() {
 }
 
 // Parsed options in the order of the definition.
-std::vector<int64_t> parse_options(const std::string& spec, const TaskDef& def, std::string_view opts,
-                                   bool has_colon) {
+std::vector<int64_t> parse_options(const std::string& spec, const TaskDef& def, std::string_view opts, bool has_colon) {
   std::vector<std::optional<int64_t>> values(def.options.size());
   if (has_colon && opts.empty()) spec_fail(spec, "empty option list after ':'");
   size_t pos = 0;
@@ -181,8 +180,8 @@ class BuiltinTask : public Task {
       Problem p = draw(rng);
       if (split_of(p.prompt) == split) return p;
     }
-    fail("task {}: no {} problem found in {} draws (the problem space is too small to split)", name_,
-         split_name(split), kMaxDraws);
+    fail("task {}: no {} problem found in {} draws (the problem space is too small to split)", name_, split_name(split),
+         kMaxDraws);
   }
 
  protected:

@@ -173,13 +173,13 @@ TEST(Tasks, BadSpecsListTheKnownTasks) {
   };
   for (const auto& [spec, want] : cases) {
     const std::string msg = error_of(spec);
-    EXPECT_NE(msg.find("task spec \"" + spec + "\": " + (want.starts_with("is not") ? "" : want)),
-              std::string::npos)
+    EXPECT_NE(msg.find("task spec \"" + spec + "\": " + (want.starts_with("is not") ? "" : want)), std::string::npos)
         << spec << " -> " << msg;
     EXPECT_NE(msg.find(want), std::string::npos) << spec << " -> " << msg;
-    for (const char* known : {"addition (digits=1..30, default 3; carry_drop=0..100, default 0)", "multiplication (digits=1..19, default 2)",
-                              "sort (len=1..50, default 5; max=1..9999, default 99)",
-                              "countdown (count=2..6, default 4; max=1..100, default 10)", "jsonl:PATH"})
+    for (const char* known :
+         {"addition (digits=1..30, default 3; carry_drop=0..100, default 0)",
+          "multiplication (digits=1..19, default 2)", "sort (len=1..50, default 5; max=1..9999, default 99)",
+          "countdown (count=2..6, default 4; max=1..100, default 10)", "jsonl:PATH"})
       EXPECT_NE(msg.find(known), std::string::npos) << spec << " -> " << msg;
   }
 }
@@ -204,8 +204,8 @@ TEST(Tasks, DeterministicInSplitSeedIndex) {
       // spaces (1-digit operands: 100 prompts, ~10 in Eval) repeat a lot, and
       // 1-digit operands are a third to a half of the draws of 2- and 3-digit
       // tasks, so their Eval draws repeat too.
-      const bool tiny = spec == "addition:digits=1" || spec == "multiplication:digits=1" ||
-                        spec == "countdown:count=2,max=5";
+      const bool tiny =
+          spec == "addition:digits=1" || spec == "multiplication:digits=1" || spec == "countdown:count=2,max=5";
       if (!tiny) {
         EXPECT_GE(by_index.size(), split == Split::Train ? 170u : 100u) << spec << " " << split_name(split);
         EXPECT_LE(same_across_seeds, 10) << spec << " " << split_name(split);
@@ -546,36 +546,36 @@ TEST(Tasks, ExactMatchVerify) {
 TEST(Tasks, CountdownVerifyParsesAndEvaluates) {
   const auto t = make_task("countdown");
   const Problem p{"reach 24 with 3 4 6 2:", "(6-3)*4*2"};
-  for (const char* ok : {"(6-3)*4*2", "4*6", "6*4", "2*3*4", "6*4*(3-2)", " 2 * ( 3 * 4 ) ", "\n(6+2)*3\n",
-                         "((4))*((6))", "3*(6+2)"}) {
+  for (const char* ok :
+       {"(6-3)*4*2", "4*6", "6*4", "2*3*4", "6*4*(3-2)", " 2 * ( 3 * 4 ) ", "\n(6+2)*3\n", "((4))*((6))", "3*(6+2)"}) {
     EXPECT_TRUE(t->verify(p, ok)) << ok;
   }
   for (const char* bad : {
-           "(6-2)*(3+3)",   // reuses 3
-           "(6-2)*3*2",     // reuses 2
-           "4*6*1",         // 1 is not given
-           "8*3",           // 8 is not given
-           "24",            // 24 is not given
-           "6*4+2-2",       // reuses 2
-           "04*6",          // leading zero
-           "4*6=24",        // not an expression
-           "4*6)",          // unbalanced
-           "(4*6",          // unbalanced
-           "4**6",          // malformed
-           "4*",            // malformed
-           "*4*6",          // malformed
-           "4 6",           // missing operator
-           "",              // empty
-           "   ",           // empty
-           "6/2*4*2",       // division is not allowed (and reuses 2)
-           "6*2*(4/2)",     // division
-           "3*4*2+6",       // 30
-           "3+4+6+2",       // 15
-           "4*6.",          // trailing junk
-           "4*6\tx",        // junk
-           "2*3*4 + 0",     // 0 not given
-           "(3*6-2)+4*2",   // reuses 2 (value 24)
-           "+4*6",          // unary plus
+           "(6-2)*(3+3)",  // reuses 3
+           "(6-2)*3*2",    // reuses 2
+           "4*6*1",        // 1 is not given
+           "8*3",          // 8 is not given
+           "24",           // 24 is not given
+           "6*4+2-2",      // reuses 2
+           "04*6",         // leading zero
+           "4*6=24",       // not an expression
+           "4*6)",         // unbalanced
+           "(4*6",         // unbalanced
+           "4**6",         // malformed
+           "4*",           // malformed
+           "*4*6",         // malformed
+           "4 6",          // missing operator
+           "",             // empty
+           "   ",          // empty
+           "6/2*4*2",      // division is not allowed (and reuses 2)
+           "6*2*(4/2)",    // division
+           "3*4*2+6",      // 30
+           "3+4+6+2",      // 15
+           "4*6.",         // trailing junk
+           "4*6\tx",       // junk
+           "2*3*4 + 0",    // 0 not given
+           "(3*6-2)+4*2",  // reuses 2 (value 24)
+           "+4*6",         // unary plus
        }) {
     EXPECT_FALSE(t->verify(p, bad)) << bad;
   }
@@ -594,12 +594,13 @@ TEST(Tasks, CountdownVerifyParsesAndEvaluates) {
   EXPECT_TRUE(t->verify(p, std::string(20, '(') + "4*6" + std::string(20, ')')));
   EXPECT_FALSE(t->verify(p, std::string(100000, '(') + "4*6" + std::string(100000, ')')));
   // Overflow is a wrong answer, not undefined behavior.
-  EXPECT_FALSE(t->verify({"reach 5 with 4000000000 4000000000 4000000000 5:", "x"},
-                         "4000000000*4000000000*4000000000+5"));
-  EXPECT_FALSE(t->verify({"reach 1 with 999999999999999999 999999999999999999:", "x"},
-                         "999999999999999999+999999999999999999"));
+  EXPECT_FALSE(
+      t->verify({"reach 5 with 4000000000 4000000000 4000000000 5:", "x"}, "4000000000*4000000000*4000000000+5"));
+  EXPECT_FALSE(
+      t->verify({"reach 1 with 999999999999999999 999999999999999999:", "x"}, "999999999999999999+999999999999999999"));
   // A prompt that is not a countdown prompt is an error.
-  for (const char* bad_prompt : {"1+2=", "reach 24 with 3 4:x", "reach 24 with :", "reach x with 3 4:", "reach 24 with 3  4:"}) {
+  for (const char* bad_prompt :
+       {"1+2=", "reach 24 with 3 4:x", "reach 24 with :", "reach x with 3 4:", "reach 24 with 3  4:"}) {
     EXPECT_THROW(t->verify({bad_prompt, "x"}, "3*4"), Error) << bad_prompt;
   }
 }
@@ -623,8 +624,7 @@ TEST(Tasks, OnlyCharsetCharacters) {
       }
   }
   EXPECT_GT(used.size(), 20u);
-  EXPECT_EQ(kTaskCharset,
-            "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+  EXPECT_EQ(kTaskCharset, "0123456789+-*/=()<>[],.:;?!'\" \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
 }
 
 }  // namespace

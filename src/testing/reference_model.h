@@ -92,8 +92,10 @@ class ReferenceModel {
     const double saved = w_[coord];
     w_[coord] = saved + delta;
     int64_t first = entries_[t].layer;  // the first layer to re-run
-    if (t == embed_) first = 0;
-    else if (first < 0) first = cfg_.num_hidden_layers;  // final norm, lm_head
+    if (t == embed_)
+      first = 0;
+    else if (first < 0)
+      first = cfg_.num_hidden_layers;  // final norm, lm_head
     State s = t == embed_ ? start_from(cache_[0]) : cache_[first];
     for (int64_t l = first; l < cfg_.num_hidden_layers; ++l) run_layer(l, s);
     RefResult r = finish(s, aux_coef_);
@@ -130,7 +132,8 @@ class ReferenceModel {
   static double dot(const double* a, const double* b, int64_t n) {
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) s0 += a[i] * b[i], s1 += a[i + 1] * b[i + 1], s2 += a[i + 2] * b[i + 2], s3 += a[i + 3] * b[i + 3];
+    for (; i + 4 <= n; i += 4)
+      s0 += a[i] * b[i], s1 += a[i + 1] * b[i + 1], s2 += a[i + 2] * b[i + 2], s3 += a[i + 3] * b[i + 3];
     for (; i < n; ++i) s0 += a[i] * b[i];
     return (s0 + s1) + (s2 + s3);
   }
@@ -229,7 +232,8 @@ class ReferenceModel {
         sc.resize(p + 1);
         for (int64_t hh = 0; hh < nq; ++hh) {
           const int64_t kh = hh / group;
-          for (int64_t j = 0; j <= p; ++j) sc[j] = dot(&q[i * qd + hh * hd], &k[(first + j) * kvd + kh * hd], hd) * scale;
+          for (int64_t j = 0; j <= p; ++j)
+            sc[j] = dot(&q[i * qd + hh * hd], &k[(first + j) * kvd + kh * hd], hd) * scale;
           softmax(sc.data(), p + 1);
           for (int64_t j = 0; j <= p; ++j)
             for (int64_t d = 0; d < hd; ++d) att[i * qd + hh * hd + d] += sc[j] * v[(first + j) * kvd + kh * hd + d];

@@ -11,8 +11,8 @@
 namespace mxrl {
 
 Tokenizer make_char_tokenizer(std::string_view charset, const std::vector<std::string>& special_tokens) {
-  using nlohmann::json;
   using detail::byte_char;
+  using nlohmann::json;
   json vocab = json::object();
   std::unordered_set<std::string> chars;
   for (size_t i = 0; i < charset.size(); ++i) {
@@ -39,8 +39,8 @@ Tokenizer make_char_tokenizer(std::string_view charset, const std::vector<std::s
                      {"normalized", false},
                      {"special", true}});
   }
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                           {"use_regex", false}};
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   const json doc = {{"version", "1.0"},
                     {"truncation", nullptr},
                     {"padding", nullptr},

@@ -39,8 +39,7 @@ TEST(CharTokenizer, SpecialTokensMatchedInText) {
   EXPECT_EQ(t.token_id("<|endoftext|>"), n);
   EXPECT_EQ(t.token_id("<|im_start|>"), n + 1);
   EXPECT_EQ(t.token_id("<|im_end|>"), n + 2);
-  EXPECT_EQ(t.encode("<|im_start|>2+2<|im_end|><|endoftext|>"),
-            (std::vector<int32_t>{n + 1, 2, 10, 2, n + 2, n}));
+  EXPECT_EQ(t.encode("<|im_start|>2+2<|im_end|><|endoftext|>"), (std::vector<int32_t>{n + 1, 2, 10, 2, n + 2, n}));
   // Text that merely looks like a special token is characters; one outside
   // the charset ('|') is an error.
   EXPECT_EQ(t.encode("<imend>").size(), 7u);
@@ -92,7 +91,9 @@ TEST(CharTokenizer, BadArguments) {
             "char tokenizer: charset byte 2 (0xC3) is not ASCII");
   EXPECT_EQ(error_of([] { make_char_tokenizer("abca", {}); }), "char tokenizer: charset repeats 'a' (U+0061)");
   EXPECT_EQ(error_of([] { make_char_tokenizer("ab", {""}); }), "char tokenizer: empty special token");
-  EXPECT_EQ(error_of([] { make_char_tokenizer("ab", {"<s>", "<s>"}); }),
+  EXPECT_EQ(error_of([] {
+              make_char_tokenizer("ab", {"<s>", "<s>"});
+            }),
             "char tokenizer: special token \"<s>\" given twice");
   EXPECT_EQ(error_of([] { make_char_tokenizer("ab", {"a"}); }),
             "char tokenizer: special token \"a\" is also a character of the charset");

@@ -41,9 +41,7 @@ void split_piece(const std::string& s, const PreStep& step, pcre2_match_data_8* 
     case SplitBehavior::Isolated:
       for (const Span& sp : spans) res.push_back({sp.start, sp.end, false});
       break;
-    case SplitBehavior::Removed:
-      res = spans;
-      break;
+    case SplitBehavior::Removed: res = spans; break;
     case SplitBehavior::Contiguous: {
       bool prev_match = false;
       for (const Span& sp : spans) {

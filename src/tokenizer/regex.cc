@@ -18,7 +18,8 @@ std::string pcre2_message(int code) {
 
 // Oniguruma's White_Space; PCRE2's \s also matches U+180E (no longer a space
 // since Unicode 6.3).
-constexpr const char* kSpaceItems = R"(\t\n\x0b\f\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
+constexpr const char* kSpaceItems =
+    R"(\t\n\x0b\f\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
 constexpr const char* kHexItems = "0-9a-fA-F";
 // Oniguruma's word characters (letters, marks, numbers, connector
 // punctuation); PCRE2 10.42's UCP \w lacks marks and most of Pc.

@@ -98,8 +98,7 @@ int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
   const std::string key(token);
-  if (auto a = impl_->added_by_content.find(key); a != impl_->added_by_content.end())
-    return impl_->added[a->second].id;
+  if (auto a = impl_->added_by_content.find(key); a != impl_->added_by_content.end()) return impl_->added[a->second].id;
   if (const int32_t id = impl_->bpe.vocab.find(key); id >= 0) return id;
   return std::nullopt;
 }

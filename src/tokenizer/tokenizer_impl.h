@@ -200,7 +200,7 @@ struct Impl {
   // Kept as loaded, re-emitted by to_json.
   nlohmann::json version = "1.0", truncation, padding, normalizer_json, pre_tokenizer_json, post_processor,
                  decoder_json;
-  std::optional<double> dropout;  // model.dropout as given (null or 0)
+  std::optional<double> dropout;                                             // model.dropout as given (null or 0)
   std::optional<std::string> continuing_subword_prefix, end_of_word_suffix;  // null or ""
 
   std::vector<AddedToken> added;

@@ -30,7 +30,7 @@ class Loader : public nlohmann::json_sax<json> {
   explicit Loader(const std::string& label) : label_(label) {}
 
   json root;
-  Vocab vocab;                                          // model.vocab, when an object
+  Vocab vocab;                                              // model.vocab, when an object
   std::vector<std::pair<std::string, std::string>> merges;  // model.merges, when an array
   int32_t max_vocab_id = -1;
   const std::string& error() const { return error_; }
@@ -172,9 +172,7 @@ class Loader : public nlohmann::json_sax<json> {
   bool close() {
     switch (mode_) {
       case Mode::Vocab:
-      case Mode::Merges:
-        mode_ = Mode::Dom;
-        return true;
+      case Mode::Merges: mode_ = Mode::Dom; return true;
       case Mode::MergePair:
         if (pair_count_ != 2) return bad_merge();
         mode_ = Mode::Merges;
@@ -245,10 +243,14 @@ class Parser {
     need_object(j, where);
     if (depth > kMaxNesting) error(where, "Sequence nested more than {} deep", kMaxNesting);
     const std::string type = need_string(j, "type", where);
-    if (type == "NFC") out.push_back(NormForm::NFC);
-    else if (type == "NFD") out.push_back(NormForm::NFD);
-    else if (type == "NFKC") out.push_back(NormForm::NFKC);
-    else if (type == "NFKD") out.push_back(NormForm::NFKD);
+    if (type == "NFC")
+      out.push_back(NormForm::NFC);
+    else if (type == "NFD")
+      out.push_back(NormForm::NFD);
+    else if (type == "NFKC")
+      out.push_back(NormForm::NFKC);
+    else if (type == "NFKD")
+      out.push_back(NormForm::NFKD);
     else if (type == "Sequence") {
       const json& list = need(j, "normalizers", where);
       if (!list.is_array()) error(where + ".normalizers", "expected an array, got {}", list.type_name());
@@ -299,11 +301,16 @@ class Parser {
         if (!p.is_string()) error(pwhere, "expected a string, got {}", p.type_name());
         step.regex = Regex::compile(p.get<std::string>(), !re, fmt::format("{}: {}", label_, pwhere));
         const std::string b = need_string(n, "behavior", where);
-        if (b == "Removed") step.behavior = SplitBehavior::Removed;
-        else if (b == "Isolated") step.behavior = SplitBehavior::Isolated;
-        else if (b == "MergedWithPrevious") step.behavior = SplitBehavior::MergedWithPrevious;
-        else if (b == "MergedWithNext") step.behavior = SplitBehavior::MergedWithNext;
-        else if (b == "Contiguous") step.behavior = SplitBehavior::Contiguous;
+        if (b == "Removed")
+          step.behavior = SplitBehavior::Removed;
+        else if (b == "Isolated")
+          step.behavior = SplitBehavior::Isolated;
+        else if (b == "MergedWithPrevious")
+          step.behavior = SplitBehavior::MergedWithPrevious;
+        else if (b == "MergedWithNext")
+          step.behavior = SplitBehavior::MergedWithNext;
+        else if (b == "Contiguous")
+          step.behavior = SplitBehavior::Contiguous;
         else
           error(where + ".behavior",
                 "unknown behavior {} (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)", quote(b));
@@ -420,8 +427,10 @@ class Parser {
       else
         expect = (max_added >= model_size || model_size == 0) ? max_added + 1 : model_size;
       if (t.id != expect)
-        error(where, "{} has id {}, but Hugging Face tokenizers would give it id {} (added tokens keep their vocab id, "
-              "or follow the vocab and the added tokens before them)", quote(t.content), t.id, expect);
+        error(where,
+              "{} has id {}, but Hugging Face tokenizers would give it id {} (added tokens keep their vocab id, "
+              "or follow the vocab and the added tokens before them)",
+              quote(t.content), t.id, expect);
       if (in_vocab < 0) {
         if (const auto clash = im.bpe.vocab.token(t.id))
           error(where, "{} has id {}, which the vocab gives to {}", quote(t.content), t.id, quote(*clash));

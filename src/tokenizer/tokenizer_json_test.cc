@@ -25,8 +25,8 @@ using nlohmann::json;
 // Added tokens get the id `tokenizers` would give them. The expected ids were
 // produced by `tokenizers` from the same JSON.
 const std::vector<std::pair<std::string, std::string>> kMerges = {
-    {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", "r"},
-    {"l", "d"}, {" w", "or"}, {" wor", "ld"}, {"a", "a"}, {"1", "2"}, {" ", " "}};
+    {"h", "e"}, {"l", "l"},   {"he", "ll"},   {"hell", "o"}, {" ", "w"}, {"o", "r"},
+    {"l", "d"}, {" w", "or"}, {" wor", "ld"}, {"a", "a"},    {"1", "2"}, {" ", " "}};
 
 json build(const std::string& fragment) {
   json f = json::parse(fragment);
@@ -54,11 +54,11 @@ json build(const std::string& fragment) {
   json merge_list = json::array();
   for (const auto& [a, b] : merges)
     if (vocab.contains(a) && vocab.contains(b) && vocab.contains(a + b)) merge_list.push_back({a, b});
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                           {"use_regex", false}};
-  json t = {{"version", "1.0"},         {"added_tokens", json::array()}, {"normalizer", nullptr},
-            {"pre_tokenizer", byte_level}, {"decoder", byte_level},
-            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  json t = {{"version", "1.0"},      {"added_tokens", json::array()},
+            {"normalizer", nullptr}, {"pre_tokenizer", byte_level},
+            {"decoder", byte_level}, {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
   for (auto& [k, v] : f.items())
     if (k != "model") t[k] = v;
   if (f.contains("model"))
@@ -234,10 +234,10 @@ std::string error_of(const char* text) { return error_of(std::string(text)); }
 std::string error_of(const json& j) { return error_of(j.dump()); }
 
 // The error starts with the label and contains `what`.
-#define EXPECT_TOKENIZER_ERROR(input, what)                                                   \
-  do {                                                                                        \
-    const std::string err_ = error_of(input);                                                 \
-    EXPECT_EQ(err_.rfind("bad/tokenizer.json: ", 0), 0u) << err_;                             \
+#define EXPECT_TOKENIZER_ERROR(input, what)                                                      \
+  do {                                                                                           \
+    const std::string err_ = error_of(input);                                                    \
+    EXPECT_EQ(err_.rfind("bad/tokenizer.json: ", 0), 0u) << err_;                                \
     EXPECT_NE(err_.find(what), std::string::npos) << "expected '" << (what) << "' in: " << err_; \
   } while (0)
 

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 #include <utf8proc.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -47,10 +47,40 @@ std::vector<Reference> references() {
 
 // Text that exercises the pre-tokenizer regex, NFC and the added tokens.
 std::string random_text(std::mt19937& rng, size_t n) {
-  static const std::vector<std::string> atoms = {
-      "a", "Z", "é", "e\xCC\x81", "ß", "日", "本", "😀", " ", "  ", "\t", "\n", "\r\n", "1", "23", "'s", "'LL",
-      "!", "?", ".", "-", "_", "<|im_start|>", "<|im_end|>", "<think>", "\xC2\xA0", "\xE2\x80\x8B", "Ω", "\xD9\xA3",
-      "the", "The", " of", "ing", "\xEF\xBB\xBF"};
+  static const std::vector<std::string> atoms = {"a",
+                                                 "Z",
+                                                 "é",
+                                                 "e\xCC\x81",
+                                                 "ß",
+                                                 "日",
+                                                 "本",
+                                                 "😀",
+                                                 " ",
+                                                 "  ",
+                                                 "\t",
+                                                 "\n",
+                                                 "\r\n",
+                                                 "1",
+                                                 "23",
+                                                 "'s",
+                                                 "'LL",
+                                                 "!",
+                                                 "?",
+                                                 ".",
+                                                 "-",
+                                                 "_",
+                                                 "<|im_start|>",
+                                                 "<|im_end|>",
+                                                 "<think>",
+                                                 "\xC2\xA0",
+                                                 "\xE2\x80\x8B",
+                                                 "Ω",
+                                                 "\xD9\xA3",
+                                                 "the",
+                                                 "The",
+                                                 " of",
+                                                 "ing",
+                                                 "\xEF\xBB\xBF"};
   std::string s;
   for (size_t i = 0; i < n; ++i) s += atoms[rng() % atoms.size()];
   return s;
@@ -104,8 +134,12 @@ TEST(Qwen3, VocabAndAddedTokens) {
 
 TEST(Qwen3, NormalizesToNfc) {
   // "e" + combining acute encodes as the precomposed "é".
-  EXPECT_EQ(qwen().encode("caf" "e\xCC\x81"), qwen().encode("café"));
-  EXPECT_EQ(qwen().decode(qwen().encode("caf" "e\xCC\x81")), "café");
+  EXPECT_EQ(qwen().encode("caf"
+                          "e\xCC\x81"),
+            qwen().encode("café"));
+  EXPECT_EQ(qwen().decode(qwen().encode("caf"
+                                        "e\xCC\x81")),
+            "café");
 }
 
 TEST(Qwen3, RoundTripsRandomText) {

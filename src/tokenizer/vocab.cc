@@ -12,7 +12,6 @@ namespace {
 
 uint64_t hash_bytes(std::string_view s) { return std::hash<std::string_view>{}(s); }
 
-
 }  // namespace
 
 void Vocab::reserve(size_t n) {

@@ -13,9 +13,9 @@
 #include "faults/faults.h"
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "train/grpo.h"
 #include "testing/model_dir.h"
 #include "testing/small_config.h"
+#include "train/grpo.h"
 #include "util/error.h"
 
 namespace mxrl {
@@ -66,7 +66,8 @@ const std::map<std::string, Case>& expected() {
       {"stale-tied-head", {"coverage", "lm_head.weight"}},
       {"swap-gate-up", {"placement", "holds the bytes of model.layers.0.mlp."}},
       {"expert-offset", {"placement", "model.layers.0.mlp.experts."}},
-      {"transposed", {"placement", "model.layers.0.self_attn.o_proj.weight [codes]: holds the learner's weight transposed"}},
+      {"transposed",
+       {"placement", "model.layers.0.self_attn.o_proj.weight [codes]: holds the learner's weight transposed"}},
       {"requant-floor", {"grid", "model.layers."}},
       {"col-blocks", {"grid", "model.layers.0.self_attn.q_proj.weight"}},
       {"quant-from-master", {"grid", "model.layers."}},
@@ -154,7 +155,8 @@ TEST_P(FaultCase, CaughtAtTheFirstSyncAfterInjectionByItsCheck) {
   if (want.check == "transport") {
     EXPECT_FALSE(s[1].applied);
     EXPECT_NE(s[1].error.find(want.finding), std::string::npos) << s[1].error;
-    EXPECT_TRUE(fired.empty()) << "the old version serves whole: " << fmt::format("{}", fmt::join(s[1].findings(), " / "));
+    EXPECT_TRUE(fired.empty()) << "the old version serves whole: "
+                               << fmt::format("{}", fmt::join(s[1].findings(), " / "));
     EXPECT_TRUE(find(s[1], "atomicity")->ran);
     return;
   }
@@ -201,26 +203,23 @@ TEST(Faults, TheCleanRunWithTheSameSeedFiresNoCheck) {
 TEST(Faults, EveryCheckCatchesSomeFaultNoOtherCheckCatches) {
   const std::map<std::string, std::pair<std::string, std::string>> only = {
       // check -> (fault, sampler plan: "" = the learner's)
-      {"coverage", {"drop-tensor", "mxfp8-half"}},
-      {"placement", {"swap-gate-up", "mxfp8-half"}},
-      {"grid", {"stale-scales", "mxfp8-half"}},
-      {"exceptions", {"lm-head-fp8", "mxfp8-half"}},
-      {"freshness", {"stale-prefix-cache", ""}},
-      {"atomicity", {"partial-sync", ""}},
+      {"coverage", {"drop-tensor", "mxfp8-half"}}, {"placement", {"swap-gate-up", "mxfp8-half"}},
+      {"grid", {"stale-scales", "mxfp8-half"}},    {"exceptions", {"lm-head-fp8", "mxfp8-half"}},
+      {"freshness", {"stale-prefix-cache", ""}},   {"atomicity", {"partial-sync", ""}},
       {"agreement", {"foreign-kernel", ""}},
   };
   for (const auto& [check, fp] : only) {
     const std::string fault = fp.first;  // (clang 14 cannot capture a structured binding)
-    const FaultInfo& f = *std::find_if(fault_table().begin(), fault_table().end(),
-                                       [&](const FaultInfo& i) { return i.name == fault; });
+    const FaultInfo& f =
+        *std::find_if(fault_table().begin(), fault_table().end(), [&](const FaultInfo& i) { return i.name == fault; });
     RlConfig cfg = config_for(f);
     cfg.sampler_plan = fp.second;
     cfg.agreement_max_kl = 0.05;
     cfg.agreement_max_abs_dlogp = 5.0;
     cfg.inject = {fp.first + "@2"};
     const std::vector<SyncReport> s = run_syncs(make_model_dir("dense", false), cfg);
-    EXPECT_EQ(failed(s[1]), std::set<std::string>{check}) << fp.first << ": "
-                                                          << fmt::format("{}", fmt::join(s[1].findings(), " / "));
+    EXPECT_EQ(failed(s[1]), std::set<std::string>{check})
+        << fp.first << ": " << fmt::format("{}", fmt::join(s[1].findings(), " / "));
   }
 }
 

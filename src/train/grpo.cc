@@ -34,7 +34,9 @@ const SettingsTable<RlConfig>& rl_fields() {
   using setting_field;
   using R = RlConfig;
   static const SettingsTable<R> t = [] {
-    auto loss = [](auto member) { return [member](R& c) -> auto& { return c.loss.*member; }; };
+    auto loss = [](auto member) {
+      return [member](R & c) -> auto& { return c.loss.*member; };
+    };
     SettingsTable<R> t = {
         field<R>("task", "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)", &R::task),
         field<R>("steps", "RL steps (each: generate, score, update, sync)", &R::steps).min(1),
@@ -52,11 +54,11 @@ const SettingsTable<RlConfig>& rl_fields() {
         enum_field<R>("loss_agg", "token-mean, seq-mean-token-sum or seq-mean-token-mean", loss(&PolicyLossConfig::agg),
                       std::vector<LossAgg>{LossAgg::TokenMean, LossAgg::SeqMeanTokenSum, LossAgg::SeqMeanTokenMean},
                       [](LossAgg v) { return name(v); }),
-        enum_field<R>("rollout_correction", "none, tis (truncated importance weights) or mis (masking)",
-                      loss(&PolicyLossConfig::correction),
-                      std::vector<RolloutCorrection>{RolloutCorrection::None, RolloutCorrection::TIS,
-                                                     RolloutCorrection::MIS},
-                      [](RolloutCorrection v) { return name(v); }),
+        enum_field<R>(
+            "rollout_correction", "none, tis (truncated importance weights) or mis (masking)",
+            loss(&PolicyLossConfig::correction),
+            std::vector<RolloutCorrection>{RolloutCorrection::None, RolloutCorrection::TIS, RolloutCorrection::MIS},
+            [](RolloutCorrection v) { return name(v); }),
         field<R>("correction_cap", "C of TIS / MIS", loss(&PolicyLossConfig::cap)).min(1),
         field<R>("updates_per_batch", "Mini-batch updates per step (K)", &R::updates_per_batch).min(1),
         field<R>("sampler_plan",
@@ -66,11 +68,9 @@ const SettingsTable<RlConfig>& rl_fields() {
         enum_field<R>("sync",
                       "ship (the learner's forward weights, byte for byte) or requantize (BF16 copies, quantized by "
                       "the sampler)",
-                      &R::sync, std::vector<SyncMode>{SyncMode::Ship, SyncMode::Requantize},
-                      sync_mode_name),
+                      &R::sync, std::vector<SyncMode>{SyncMode::Ship, SyncMode::Requantize}, sync_mode_name),
         enum_field<R>("checks", "stop (a failed check ends the run), warn, or off", &R::checks,
-                      std::vector<CheckMode>{CheckMode::Stop, CheckMode::Warn, CheckMode::Off},
-                      check_mode_name),
+                      std::vector<CheckMode>{CheckMode::Stop, CheckMode::Warn, CheckMode::Off}, check_mode_name),
         // Optional (states saved before fault injection existed have none).
         field<R>("inject",
                  "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
@@ -228,7 +228,7 @@ void RlRun::sync_to_sampler(const RlEvents& ev, nlohmann::json* ranks) {
     last_sync_ = remote_->sync(*learner_, sync_, probe_, v, ranks ? *ranks : local);
   else
     last_sync_ = sync_weights(learner_->model(), learner_->params(), *engine_, v, sync_, probe_, last_rollout_,
-                                    last_rollout_version_, {}, exec_);
+                              last_rollout_version_, {}, exec_);
   if (ev.on_sync) ev.on_sync(last_sync_);
   if (cfg_.checks == CheckMode::Stop && !last_sync_.passed()) {
     const std::vector<std::string> f = last_sync_.findings();
@@ -241,8 +241,7 @@ RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, const Exec
   return start(model_dir, cfg, nullptr, exec);
 }
 
-RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<Task> task,
-                   const Exec& exec) {
+RlRun RlRun::start(const std::string& model_dir, const RlConfig& cfg, std::unique_ptr<Task> task, const Exec& exec) {
   return start_impl(model_dir, cfg, std::move(task), nullptr, exec);
 }
 
@@ -279,7 +278,7 @@ RlRun RlRun::resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote>
   r.remote_ = std::move(remote);
   r.cfg_ = RlConfig::from_json(st.meta["rl"]);
   r.step_ = json_integer(st.meta.contains("rl_step") ? st.meta["rl_step"] : json(), 0, r.cfg_.steps,
-                           fmt::format("{}: \"rl_step\"", state_dir));
+                         fmt::format("{}: \"rl_step\"", state_dir));
   r.init(std::move(st.params), st.tokenizer_json, st.tokenizer_config_json, exec);
   AdamW& opt = r.learner_->optimizer();
   if (st.m.size() != opt.m().size() || st.v.size() != opt.v().size())
@@ -307,11 +306,11 @@ RlRun RlRun::resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote>
 }
 
 void RlRun::save(const std::string& dir) {
-  TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
-                learner_->optimizer().v(), learner_->optimizer().step(), json::object(), setup_.tokenizer_json,
-                setup_.tokenizer_config_json};
+  TrainState st{learner_->params().config(), learner_->params(),           learner_->optimizer().m(),
+                learner_->optimizer().v(),   learner_->optimizer().step(), json::object(),
+                setup_.tokenizer_json,       setup_.tokenizer_config_json};
   st.meta["rl"] = cfg_.to_json();
-  st.meta["rl_step"] = step_;                      // the data position: next prompts are Train step*P ...
+  st.meta["rl_step"] = step_;  // the data position: next prompts are Train step*P ...
   st.meta["sampler_version"] = last_sync_.applied ? last_sync_.version : uint64_t{0};  // == rl_step after a clean sync
   if (prefetched_step_ == step_) {
     // Off-policy: the next step's rollout, generated under the previous
@@ -401,7 +400,8 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   std::vector<std::vector<int32_t>> prompts;
   for (GenerationRequest& r : make_requests(step_, &problems)) prompts.push_back(std::move(r.prompt));
   const std::vector<GeneratedSample> samples = rollout(step_);
-  if (static_cast<int64_t>(samples.size()) != P * G) fail("the sampler returned {} samples, expected {}", samples.size(), P * G);
+  if (static_cast<int64_t>(samples.size()) != P * G)
+    fail("the sampler returned {} samples, expected {}", samples.size(), P * G);
   // Staleness: how many versions behind the learner each sample is.
   st.version = samples.front().version;
   double stale_sum = 0;
@@ -491,7 +491,8 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
       s.weight.assign(s.tokens.size(), 0.0f);
       const size_t first = s.tokens.size() - pl.weight[i].size();
       bool any = false;
-      for (size_t t = 0; t < pl.weight[i].size(); ++t) s.weight[first + t] = pl.weight[i][t], any |= pl.weight[i][t] != 0.0f;
+      for (size_t t = 0; t < pl.weight[i].size(); ++t)
+        s.weight[first + t] = pl.weight[i][t], any |= pl.weight[i][t] != 0.0f;
       if (any || keep_zero) train.push_back(std::move(s));
     }
     if (k == 0) st.loss = pl, st.policy_loss = pl.loss;
@@ -500,7 +501,8 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
       ++st.skipped_updates;
       continue;
     }
-    const StepResult r = remote_ ? remote_->train(*learner_, train, cfg_.temperature) : learner_->step(train, cfg_.temperature);
+    const StepResult r =
+        remote_ ? remote_->train(*learner_, train, cfg_.temperature) : learner_->step(train, cfg_.temperature);
     st.grad_norm = r.optim.grad_norm;
     st.lr = r.optim.lr;
     st.tokens += r.tokens;

@@ -40,12 +40,12 @@
 
 #include "faults/faults.h"
 #include "learner/learner.h"
-#include "train/grpo_math.h"
-#include "train/sft.h"
 #include "sampler/engine.h"
 #include "sync/sync.h"
 #include "tasks/tasks.h"
 #include "tokenizer/tokenizer.h"
+#include "train/grpo_math.h"
+#include "train/sft.h"
 
 namespace mxrl {
 
@@ -55,24 +55,24 @@ struct RlConfig {
   std::string task = "addition";
   uint64_t seed = 0;
   int64_t steps = 100;
-  int64_t prompts_per_step = 16;     // P
-  int64_t samples_per_prompt = 8;    // G
-  int64_t max_new_tokens = 0;        // 0: longest answer of the first eval problems + 8
+  int64_t prompts_per_step = 16;   // P
+  int64_t samples_per_prompt = 8;  // G
+  int64_t max_new_tokens = 0;      // 0: longest answer of the first eval problems + 8
   float temperature = 1.0f;
   AdvNorm adv_norm = AdvNorm::Std;
   double adv_eps = 1e-6;
   PolicyLossConfig loss;
-  int64_t updates_per_batch = 1;     // K mini-batches per step, one optimizer update each
-  std::string sampler_plan;          // "" = the learner's plan (name or .toml)
+  int64_t updates_per_batch = 1;  // K mini-batches per step, one optimizer update each
+  std::string sampler_plan;       // "" = the learner's plan (name or .toml)
   SyncMode sync = SyncMode::Ship;
   CheckMode checks = CheckMode::Stop;
   int64_t agreement_every = 1;
   double agreement_max_kl = 0.05, agreement_max_abs_dlogp = 5.0;  // bound when the plans differ
-  int64_t probe_prompts = 16;        // held-out prompts (with their answers) in the agreement probe
-  int64_t eval_every = 0;            // steps between held-out greedy evaluations (0: start and end only)
+  int64_t probe_prompts = 16;  // held-out prompts (with their answers) in the agreement probe
+  int64_t eval_every = 0;      // steps between held-out greedy evaluations (0: start and end only)
   int64_t eval_problems = 200;
   int64_t save_every = 0;
-  std::vector<std::string> inject;   // faults, NAME or NAME@STEP (faults/faults.h)
+  std::vector<std::string> inject;  // faults, NAME or NAME@STEP (faults/faults.h)
   // Off-policy bound: step t+1's rollout is generated under the weights of
   // step t while the learner trains step t (1), or on-policy (0). A sample
   // older than the bound is refused.
@@ -97,15 +97,15 @@ const SettingsTable<RlConfig>& rl_fields();
 
 // One step's figures (also the metrics line).
 struct RlStepStats {
-  int64_t step = 0;           // 1-based, after the update
-  uint64_t version = 0;       // the version the samples were generated under
+  int64_t step = 0;      // 1-based, after the update
+  uint64_t version = 0;  // the version the samples were generated under
   double reward_mean = 0, reward_std = 0, accuracy = 0;
   double response_len_mean = 0;
   int64_t samples = 0, groups = 0, zero_adv_groups = 0, trained_sequences = 0, skipped_updates = 0;
-  int64_t undecodable = 0;    // samples with ids outside the tokenizer (reward 0)
-  nlohmann::json mismatch;    // MismatchStats of the rollout vs the learner's old log-probs
-  double entropy = 0;         // mean per-token entropy of the learner's distribution
-  PolicyLossResult loss;      // of the first mini-batch (ratio stats, clip fraction)
+  int64_t undecodable = 0;  // samples with ids outside the tokenizer (reward 0)
+  nlohmann::json mismatch;  // MismatchStats of the rollout vs the learner's old log-probs
+  double entropy = 0;       // mean per-token entropy of the learner's distribution
+  PolicyLossResult loss;    // of the first mini-batch (ratio stats, clip fraction)
   double policy_loss = 0, grad_norm = 0, lr = 0;
   int64_t tokens = 0;         // trained tokens
   double staleness_mean = 0;  // learner version - sample version, over the samples
@@ -138,8 +138,8 @@ struct RlRemote {
   std::function<StepResult(Learner& learner, const std::vector<Sequence>& batch, float temperature)> train;
   // Version `version` to every sampler process, and their checks, merged;
   // `ranks` gets each sampler rank's report.
-  std::function<SyncReport(Learner& learner, const SyncSettings& s, const Probe& probe,
-                                 uint64_t version, nlohmann::json& ranks)>
+  std::function<SyncReport(Learner& learner, const SyncSettings& s, const Probe& probe, uint64_t version,
+                           nlohmann::json& ranks)>
       sync;
 };
 
@@ -201,10 +201,10 @@ class RlRun {
   Probe probe_;
   SyncReport last_sync_;
   FaultPlan faults_;
-  int64_t presubmitted_ = -1;               // sync-mid-generation: the step whose rollout already started
-  std::vector<GeneratedSample> early_;      // ... and its samples that finished before the sync
-  int64_t prefetched_step_ = -1;            // off-policy: the step whose rollout was generated early
-  std::vector<GeneratedSample> prefetched_; // ... its samples (colocated)
+  int64_t presubmitted_ = -1;                  // sync-mid-generation: the step whose rollout already started
+  std::vector<GeneratedSample> early_;         // ... and its samples that finished before the sync
+  int64_t prefetched_step_ = -1;               // off-policy: the step whose rollout was generated early
+  std::vector<GeneratedSample> prefetched_;    // ... its samples (colocated)
   std::vector<GeneratedSample> last_rollout_;  // the sampler's last rollout (the atomicity check's input)
   uint64_t last_rollout_version_ = 0;          // ... and the version it was meant for
   std::shared_ptr<RlRemote> remote_;

@@ -112,13 +112,12 @@ LossAgg parse_loss_agg(std::string_view s) {
 }
 
 RolloutCorrection parse_rollout_correction(std::string_view s) {
-  static constexpr RolloutCorrection kAll[] = {RolloutCorrection::None, RolloutCorrection::TIS,
-                                               RolloutCorrection::MIS};
+  static constexpr RolloutCorrection kAll[] = {RolloutCorrection::None, RolloutCorrection::TIS, RolloutCorrection::MIS};
   return parse_enum(s, kAll, "rollout correction");
 }
 
-std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group_size, AdvNorm norm,
-                                     double eps, AdvantageStats* stats) {
+std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group_size, AdvNorm norm, double eps,
+                                     AdvantageStats* stats) {
   if (group_size < 1) fail("group_advantages: group size {} < 1", group_size);
   if (rewards.size() % static_cast<size_t>(group_size) != 0)
     fail("group_advantages: {} rewards are not a multiple of the group size {}", rewards.size(), group_size);
@@ -174,7 +173,10 @@ PolicyLossResult policy_loss(const std::vector<std::vector<float>>& logp,
       ratio[i][t] = std::exp(static_cast<double>(logp[i][t]) - static_cast<double>(logp_old[i][t]));
       const double lr = logp_rollout.empty() ? logp_old[i][t] : logp_rollout[i][t];
       w[i][t] = rollout_weight(cfg, logp_old[i][t], lr);
-      if (std::isnan(w[i][t])) ++res.masked; else ++kept[i];
+      if (std::isnan(w[i][t]))
+        ++res.masked;
+      else
+        ++kept[i];
       ratio_sum += ratio[i][t];
       res.ratio_max = std::max(res.ratio_max, ratio[i][t]);
     }

@@ -32,9 +32,13 @@
 
 namespace mxrl {
 
-enum class AdvNorm { Std, None };                                     // "std" | "none"
-enum class LossAgg { TokenMean, SeqMeanTokenSum, SeqMeanTokenMean };  // "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean"
-enum class RolloutCorrection { None, TIS, MIS };                      // "none" | "tis" | "mis"
+enum class AdvNorm { Std, None };  // "std" | "none"
+enum class LossAgg {
+  TokenMean,
+  SeqMeanTokenSum,
+  SeqMeanTokenMean
+};                                                // "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean"
+enum class RolloutCorrection { None, TIS, MIS };  // "none" | "tis" | "mis"
 
 const char* name(AdvNorm norm);
 const char* name(LossAgg agg);
@@ -45,7 +49,7 @@ LossAgg parse_loss_agg(std::string_view s);
 RolloutCorrection parse_rollout_correction(std::string_view s);
 
 struct AdvantageStats {
-  int64_t groups = 0, zero_groups = 0;  // zero_groups: all rewards equal (advantage exactly 0)
+  int64_t groups = 0, zero_groups = 0;     // zero_groups: all rewards equal (advantage exactly 0)
   double reward_mean = 0, reward_std = 0;  // over all samples; std unbiased (0 for one sample)
 };
 
@@ -55,8 +59,8 @@ struct AdvantageStats {
 // group of one) gets advantage exactly 0 and counts in zero_groups. Throws if
 // group_size < 1, rewards.size() is not a multiple of it, eps < 0 or not finite,
 // or a reward is not finite. Empty rewards give an empty result.
-std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group_size, AdvNorm norm,
-                                     double eps, AdvantageStats* stats = nullptr);
+std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group_size, AdvNorm norm, double eps,
+                                     AdvantageStats* stats = nullptr);
 
 struct PolicyLossConfig {
   double clip_low = 0.2, clip_high = 0.28;  // ratio clipped to [1 - clip_low, 1 + clip_high]
@@ -70,11 +74,11 @@ struct PolicyLossConfig {
 struct PolicyLossResult {
   double loss = 0;                         // the aggregated loss
   std::vector<std::vector<float>> weight;  // [seq][token]: -dloss/dlogp, 0 where clipped or masked
-  int64_t tokens = 0;   // all response tokens
-  int64_t masked = 0;   // MIS-rejected tokens
-  int64_t clipped = 0;  // kept tokens whose clipped branch is active with the ratio outside the range
-  double clip_frac = 0;  // clipped / (tokens - masked); 0 when no token is kept
-  double mask_frac = 0;  // masked / tokens; 0 when there are no tokens
+  int64_t tokens = 0;                      // all response tokens
+  int64_t masked = 0;                      // MIS-rejected tokens
+  int64_t clipped = 0;                   // kept tokens whose clipped branch is active with the ratio outside the range
+  double clip_frac = 0;                  // clipped / (tokens - masked); 0 when no token is kept
+  double mask_frac = 0;                  // masked / tokens; 0 when there are no tokens
   double ratio_mean = 0, ratio_max = 0;  // of exp(logp - logp_old) over all tokens; 0 when none
 };
 

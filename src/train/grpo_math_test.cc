@@ -214,7 +214,7 @@ Batch fixed_batch() {
   seq(0.3, {1.1, 0.7}, {1.0, 1.2});
   seq(2.0, {}, {});
   seq(-1.0, {1.0, 2.0}, {3.0, 0.25});  // every token rejected under MIS
-  seq(0.0, {0.5, 1.5}, {1.0, 1.0});   // A = 0: no gradient anywhere
+  seq(0.0, {0.5, 1.5}, {1.0, 1.0});    // A = 0: no gradient anywhere
   return b;
 }
 
@@ -354,8 +354,9 @@ TEST(PolicyLoss, WeightIsMinusFiniteDifferenceGradient) {
             plus[i][t] += 1e-3f;
             minus[i][t] -= 1e-3f;
             const double h = double(plus[i][t]) - double(minus[i][t]);
-            const double fd = (policy_loss(plus, b.lpo, b.lpr, b.adv, cfg).loss -
-                               policy_loss(minus, b.lpo, b.lpr, b.adv, cfg).loss) / h;
+            const double fd =
+                (policy_loss(plus, b.lpo, b.lpr, b.adv, cfg).loss - policy_loss(minus, b.lpo, b.lpr, b.adv, cfg).loss) /
+                h;
             EXPECT_NEAR(res.weight[i][t], -fd, 1e-6 + 1e-5 * std::abs(fd)) << i << "," << t;
           }
         }

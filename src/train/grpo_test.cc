@@ -10,12 +10,12 @@
 
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "train/grpo.h"
+#include "testing/errors.h"
 #include "testing/model_dir.h"
 #include "testing/small_config.h"
+#include "train/grpo.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
-#include "testing/errors.h"
 
 namespace mxrl {
 namespace {
@@ -34,9 +34,7 @@ class DigitTask : public Task {
   Problem generate(Split, uint64_t, uint64_t index) const override {
     return {std::string(1, static_cast<char>('a' + index % 26)) + "=", "7"};
   }
-  bool verify(const Problem&, std::string_view c) const override {
-    return !c.empty() && c[0] >= '0' && c[0] <= '9';
-  }
+  bool verify(const Problem&, std::string_view c) const override { return !c.empty() && c[0] >= '0' && c[0] <= '9'; }
 };
 
 RlConfig small_config() {
@@ -297,7 +295,8 @@ TEST(Grpo, SettingsRoundTripAndAreReadStrictly) {
 // --prompts-per-step 2 --samples-per-prompt 2 --max-new-tokens 3
 // --eval-problems 2 --probe-prompts 1`): read as they were, written back byte
 // for byte, so such states still resume.
-const char* kSavedRlSettings = R"({"adv_eps": 1e-06, "adv_norm": "std", "agreement_every": 1, "agreement_max_abs_dlogp": 5.0, "agreement_max_kl": 0.05, "aux_loss_coef": 0.0, "checks": "stop", "clip_high": 0.28, "clip_low": 0.2, "correction_cap": 2.0, "eval_every": 0, "eval_problems": 2, "inject": [], "loss_agg": "token-mean", "max_new_tokens": 3, "micro_batch_tokens": 4096, "off_policy": 0, "optim": {"beta1": 0.9, "beta2": 0.95, "clip_norm": 1.0, "eps": 1e-08, "lr": 0.001, "min_lr_ratio": 0.1, "schedule": "constant", "total_steps": 0, "warmup_steps": 0, "weight_decay": 0.0}, "probe_prompts": 1, "prompts_per_step": 2, "recipe": {"floor": false, "hybrid": false, "plan": "mxfp8", "requant_every_microbatch": false}, "rollout_correction": "none", "sampler_plan": "", "samples_per_prompt": 2, "save_every": 0, "seed": 0, "steps": 1, "sync": "ship", "sync_chunk_bytes": 1048576, "task": "addition:digits=1", "temperature": 1.0, "updates_per_batch": 1})";
+const char* kSavedRlSettings =
+    R"({"adv_eps": 1e-06, "adv_norm": "std", "agreement_every": 1, "agreement_max_abs_dlogp": 5.0, "agreement_max_kl": 0.05, "aux_loss_coef": 0.0, "checks": "stop", "clip_high": 0.28, "clip_low": 0.2, "correction_cap": 2.0, "eval_every": 0, "eval_problems": 2, "inject": [], "loss_agg": "token-mean", "max_new_tokens": 3, "micro_batch_tokens": 4096, "off_policy": 0, "optim": {"beta1": 0.9, "beta2": 0.95, "clip_norm": 1.0, "eps": 1e-08, "lr": 0.001, "min_lr_ratio": 0.1, "schedule": "constant", "total_steps": 0, "warmup_steps": 0, "weight_decay": 0.0}, "probe_prompts": 1, "prompts_per_step": 2, "recipe": {"floor": false, "hybrid": false, "plan": "mxfp8", "requant_every_microbatch": false}, "rollout_correction": "none", "sampler_plan": "", "samples_per_prompt": 2, "save_every": 0, "seed": 0, "steps": 1, "sync": "ship", "sync_chunk_bytes": 1048576, "task": "addition:digits=1", "temperature": 1.0, "updates_per_batch": 1})";
 
 TEST(Grpo, SettingsOfSavedStatesReadAndWriteAsBefore) {
   const nlohmann::json saved = nlohmann::json::parse(kSavedRlSettings);

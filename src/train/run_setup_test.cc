@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <vector>
 
-#include "testing/small_config.h"
-#include "testing/model_dir.h"
-#include "util/error.h"
 #include "testing/errors.h"
+#include "testing/model_dir.h"
+#include "testing/small_config.h"
+#include "util/error.h"
 
 namespace mxrl {
 namespace {

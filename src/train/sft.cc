@@ -25,8 +25,10 @@ const SettingsTable<SftConfig>& sft_fields() {
   using S = SftConfig;
   static const SettingsTable<S> t = [] {
     SettingsTable<S> t = {
-        field<S>("task", "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], "
-                         "sort[:len=L,max=M], countdown[:count=C,max=M]", &S::task),
+        field<S>("task",
+                 "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], "
+                 "sort[:len=L,max=M], countdown[:count=C,max=M]",
+                 &S::task),
         field<S>("steps", "Optimizer steps", &S::steps).min(1),
         field<S>("batch_size", "Sequences per optimizer step", &S::batch_size).min(1),
     };
@@ -91,7 +93,8 @@ EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const 
     if (!g.tokens.empty() && g.tokens.back() == eos) g.tokens.pop_back();
     EvalSample& s = r.samples[g.request];
     // A padded model vocabulary can produce ids the tokenizer lacks: wrong, shown as such.
-    const bool decodable = std::all_of(g.tokens.begin(), g.tokens.end(), [&](int32_t id) { return id < tk.vocab_size(); });
+    const bool decodable =
+        std::all_of(g.tokens.begin(), g.tokens.end(), [&](int32_t id) { return id < tk.vocab_size(); });
     s.completion = decodable ? tk.decode(g.tokens) : "<ids outside the tokenizer>";
     s.correct = decodable && task.verify(s.problem, s.completion);
     r.correct += s.correct;
@@ -165,8 +168,14 @@ SftRun SftRun::resume(const std::string& state_dir, const Exec& exec) {
 int64_t SftRun::step() const { return learner_->optimizer().step(); }
 
 void SftRun::save(const std::string& dir) const {
-  TrainState st{learner_->params().config(), learner_->params(), learner_->optimizer().m(),
-                learner_->optimizer().v(), step(), json::object(), setup_.tokenizer_json, setup_.tokenizer_config_json};
+  TrainState st{learner_->params().config(),
+                learner_->params(),
+                learner_->optimizer().m(),
+                learner_->optimizer().v(),
+                step(),
+                json::object(),
+                setup_.tokenizer_json,
+                setup_.tokenizer_config_json};
   st.meta["sft"] = cfg_.to_json();
   st.meta["data_index"] = step() * cfg_.batch_size;  // next Train problem
   save_train_state(dir, st);
@@ -176,7 +185,8 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
   if (!out_dir.empty()) fs::create_directories(out_dir);
   EvalResult last;
   auto eval_now = [&] {
-    last = evaluate(learner_->shared_model(), *task_, *setup_.tk, setup_.eos, cfg_.seed, cfg_.eval_problems, setup_.max_new, exec_);
+    last = evaluate(learner_->shared_model(), *task_, *setup_.tk, setup_.eos, cfg_.seed, cfg_.eval_problems,
+                    setup_.max_new, exec_);
     last.step = step();
     if (ev.on_eval) ev.on_eval(last);
   };
@@ -186,7 +196,8 @@ EvalResult SftRun::run(const std::string& out_dir, const SftEvents& ev) {
     batch.clear();
     for (int64_t i = 0; i < cfg_.batch_size; ++i)
       batch.push_back(make_sft_sequence(
-          *setup_.tk, task_->generate(Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)), setup_.eos));
+          *setup_.tk, task_->generate(Split::Train, cfg_.seed, static_cast<uint64_t>(s * cfg_.batch_size + i)),
+          setup_.eos));
     const StepResult r = learner_->step(batch);
     if (ev.on_step) ev.on_step(step(), r);
     if (cfg_.eval_every > 0 && step() % cfg_.eval_every == 0 && step() < cfg_.steps && cfg_.eval_problems > 0)

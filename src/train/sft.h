@@ -27,12 +27,12 @@ namespace mxrl {
 struct SftConfig {
   std::string task = "addition";  // task spec, or jsonl:PATH
   int64_t steps = 300;
-  int64_t batch_size = 64;        // sequences per optimizer step
-  uint64_t seed = 0;              // problem stream
-  int64_t eval_every = 100;       // steps between evaluations (0: only at the end)
-  int64_t eval_problems = 200;    // held-out problems per evaluation
-  int64_t max_new_tokens = 0;     // generation limit at evaluation (0: longest answer + 8)
-  int64_t save_every = 0;         // keep a training-state directory every K steps (0: none)
+  int64_t batch_size = 64;      // sequences per optimizer step
+  uint64_t seed = 0;            // problem stream
+  int64_t eval_every = 100;     // steps between evaluations (0: only at the end)
+  int64_t eval_problems = 200;  // held-out problems per evaluation
+  int64_t max_new_tokens = 0;   // generation limit at evaluation (0: longest answer + 8)
+  int64_t save_every = 0;       // keep a training-state directory every K steps (0: none)
   LearnerConfig learner;
   nlohmann::json to_json() const;
   static SftConfig from_json(const nlohmann::json& j);  // strict: every key, right types, in bounds

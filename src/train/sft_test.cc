@@ -8,18 +8,18 @@
 
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "train/sft.h"
 #include "testing/files.h"
 #include "testing/model_dir.h"
 #include "testing/small_config.h"
+#include "train/sft.h"
 #include "util/error.h"
 
 namespace mxrl {
 namespace {
 namespace fs = std::filesystem;
 
-using test::slurp;
 using test::char_tokenizer;
+using test::slurp;
 
 // A small model with the character tokenizer, saved as a checkpoint directory.
 std::string make_model_dir(const std::string& name, int layers = 2) {
@@ -112,7 +112,8 @@ TEST(Sft, LearnsOneDigitAdditionAndEvaluatesThroughTheSampler) {
 // tables (commit c7e12d7, `mxrl sft --steps 1 --task addition:digits=1
 // --batch-size 2 --eval-problems 2`): read, and written back byte for byte.
 TEST(Sft, SettingsOfSavedStatesReadAndWriteAsBefore) {
-  const nlohmann::json saved = nlohmann::json::parse(R"({"aux_loss_coef": 0.0, "batch_size": 2, "eval_every": 100, "eval_problems": 2, "max_new_tokens": 0, "micro_batch_tokens": 4096, "optim": {"beta1": 0.9, "beta2": 0.95, "clip_norm": 1.0, "eps": 1e-08, "lr": 0.001, "min_lr_ratio": 0.1, "schedule": "constant", "total_steps": 0, "warmup_steps": 0, "weight_decay": 0.0}, "recipe": {"floor": false, "hybrid": false, "plan": "mxfp8", "requant_every_microbatch": false}, "save_every": 0, "seed": 0, "steps": 1, "task": "addition:digits=1"})");
+  const nlohmann::json saved = nlohmann::json::parse(
+      R"({"aux_loss_coef": 0.0, "batch_size": 2, "eval_every": 100, "eval_problems": 2, "max_new_tokens": 0, "micro_batch_tokens": 4096, "optim": {"beta1": 0.9, "beta2": 0.95, "clip_norm": 1.0, "eps": 1e-08, "lr": 0.001, "min_lr_ratio": 0.1, "schedule": "constant", "total_steps": 0, "warmup_steps": 0, "weight_decay": 0.0}, "recipe": {"floor": false, "hybrid": false, "plan": "mxfp8", "requant_every_microbatch": false}, "save_every": 0, "seed": 0, "steps": 1, "task": "addition:digits=1"})");
   EXPECT_EQ(SftConfig::from_json(saved).to_json().dump(), saved.dump());
   SftConfig c;
   c.task = "addition:digits=1", c.steps = 1, c.batch_size = 2, c.eval_problems = 2;

@@ -5,8 +5,8 @@
 
 #include "model/checkpoint.h"
 #include "model/init.h"
-#include "train/sft.h"
 #include "tokenizer/tokenizer.h"
+#include "train/sft.h"
 #include "util/error.h"
 
 namespace mxrl {

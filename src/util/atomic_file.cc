@@ -164,8 +164,7 @@ void write_dir_atomic(const std::string& dir_s, const std::function<void(const s
         garbage.clear();
       } else if (errno == ENOTEMPTY || errno == EEXIST) {
         std::string old = (parent / (name + ".old-XXXXXX")).string();
-        if (::mkdtemp(old.data()) == nullptr)
-          fail("{}: cannot create a temporary directory: {}", dir_s, errno_text());
+        if (::mkdtemp(old.data()) == nullptr) fail("{}: cannot create a temporary directory: {}", dir_s, errno_text());
         if (::rename(dir_p.c_str(), old.c_str()) != 0) {
           const std::string err = errno_text();
           ::rmdir(old.c_str());
@@ -186,7 +185,8 @@ void write_dir_atomic(const std::string& dir_s, const std::function<void(const s
     throw;
   }
   if (!garbage.empty()) fs::remove_all(garbage, ec);  // best effort: the new directory is in place
-  if (int err = fsync_dir(parent.string())) fail("{}: fsync of the parent directory failed: {}", dir_s, std::strerror(err));
+  if (int err = fsync_dir(parent.string()))
+    fail("{}: fsync of the parent directory failed: {}", dir_s, std::strerror(err));
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -34,7 +34,9 @@ class ByteWriter {
     if (!v.empty()) std::memcpy(buf_.data() + at, v.data(), v.size_bytes());
   }
   template <class T>
-  void put_vec(const std::vector<T>& v) { put_vec(std::span<const T>(v)); }
+  void put_vec(const std::vector<T>& v) {
+    put_vec(std::span<const T>(v));
+  }
   void put_str(const std::string& s) { put_vec(std::span<const char>(s.data(), s.size())); }
   std::vector<std::byte>& bytes() { return buf_; }
 

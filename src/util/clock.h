@@ -7,8 +7,6 @@ namespace mxrl {
 using Clock = std::chrono::steady_clock;
 
 // Seconds since t0.
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace mxrl

@@ -11,9 +11,9 @@ enum class Backend { Auto, Scalar, Avx512 };
 enum class PairKernel { Auto, Dot, Fma, Amx };
 
 struct CpuFeatures {
-  bool avx512 = false;       // F + BW + DQ + VL, with OS support
+  bool avx512 = false;  // F + BW + DQ + VL, with OS support
   bool avx512_bf16 = false;
-  bool amx_tile = false;     // CPUID only: usable after request_amx()
+  bool amx_tile = false;  // CPUID only: usable after request_amx()
   bool amx_bf16 = false;
 };
 

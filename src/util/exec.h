@@ -10,10 +10,10 @@ class ThreadPool;
 struct PhaseTimes;
 
 struct Exec {
-  ThreadPool* pool = nullptr;    // null: the calling thread only
+  ThreadPool* pool = nullptr;  // null: the calling thread only
   Backend backend = Backend::Auto;
   PairKernel pair_kernel = PairKernel::Auto;  // BF16 and MX weights on AVX-512 (kernels/gemm/gemm.h)
-  PhaseTimes* times = nullptr;   // when set, quantization and GEMM time is added here
+  PhaseTimes* times = nullptr;                // when set, quantization and GEMM time is added here
 };
 
 // The one dispatch idiom: a kernel family is a table of function pointers per

@@ -33,7 +33,8 @@ int64_t json_integer(const nlohmann::json& v, int64_t lo, int64_t hi, std::strin
   if (!v.is_number_integer()) fail("{}: expected an integer, got {} ({})", where, json_brief(v), v.type_name());
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (hi < 0 || u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo))) fail("{}: {} is out of range [{}, {}]", where, u, lo, hi);
+    if (hi < 0 || u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo)))
+      fail("{}: {} is out of range [{}, {}]", where, u, lo, hi);
     return static_cast<int64_t>(u);
   }
   const int64_t i = v.get<int64_t>();
@@ -80,8 +81,7 @@ std::vector<int32_t> json_token_ids(const nlohmann::json& v, int64_t vocab, std:
   out.reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const nlohmann::json& e = v[i];
-    if (!e.is_number_integer())
-      fail("{}[{}]: {} is not a token id (expected an integer)", where, i, json_brief(e));
+    if (!e.is_number_integer()) fail("{}[{}]: {} is not a token id (expected an integer)", where, i, json_brief(e));
     const bool neg = !e.is_number_unsigned() && e.get<int64_t>() < 0;
     if (neg || e.get<uint64_t>() >= static_cast<uint64_t>(vocab))
       fail("{}[{}]: token id {} is outside the vocabulary [0, {})", where, i, json_brief(e), vocab);

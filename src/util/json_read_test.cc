@@ -18,7 +18,8 @@ TEST(JsonRead, IntegerRefusesFloatsBoolsStringsAndOutOfRange) {
   EXPECT_EQ(json_integer(json::parse("-3"), -5, 10, "w"), -3);
   EXPECT_EQ(error_of([] { json_integer(json::parse("2.5"), 0, 10, "f:1: \"x\""); }),
             "f:1: \"x\": expected an integer, got 2.5 (number)");
-  EXPECT_NE(error_of([] { json_integer(json::parse("3.0"), 0, 10, "w"); }).find("expected an integer"), std::string::npos);
+  EXPECT_NE(error_of([] { json_integer(json::parse("3.0"), 0, 10, "w"); }).find("expected an integer"),
+            std::string::npos);
   EXPECT_NE(error_of([] { json_integer(json::parse("true"), 0, 10, "w"); }).find("(boolean)"), std::string::npos);
   EXPECT_NE(error_of([] { json_integer(json::parse("\"7\""), 0, 10, "w"); }).find("(string)"), std::string::npos);
   EXPECT_EQ(error_of([] { json_integer(json::parse("11"), 0, 10, "w"); }), "w: 11 is out of range [0, 10]");
@@ -29,7 +30,9 @@ TEST(JsonRead, IntegerRefusesFloatsBoolsStringsAndOutOfRange) {
   // Values nlohmann stores as unsigned, and one past uint64 (parsed as a float).
   EXPECT_NE(error_of([] { json_integer(json::parse("18446744073709551615"), 0, INT64_MAX, "w"); }).find("out of range"),
             std::string::npos);
-  EXPECT_NE(error_of([] { json_integer(json::parse("18446744073709551616"), 0, INT64_MAX, "w"); }).find("expected an integer"),
+  EXPECT_NE(error_of([] {
+              json_integer(json::parse("18446744073709551616"), 0, INT64_MAX, "w");
+            }).find("expected an integer"),
             std::string::npos);
   EXPECT_EQ(json_unsigned_integer(json::parse("18446744073709551615"), "w"), UINT64_MAX);
   EXPECT_NE(error_of([] { json_unsigned_integer(json::parse("-1"), "w"); }).find("out of range"), std::string::npos);

@@ -4,11 +4,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <algorithm>
 #include <utility>
 
 namespace mxrl {

@@ -27,13 +27,16 @@ bool all_digits(std::string_view s) {
 }
 
 // "step-NNNNNN" or "final": a run's checkpoint folder.
-bool checkpoint_name(std::string_view n) { return n == "final" || (n.rfind("step-", 0) == 0 && all_digits(n.substr(5))); }
+bool checkpoint_name(std::string_view n) {
+  return n == "final" || (n.rfind("step-", 0) == 0 && all_digits(n.substr(5)));
+}
 
 // "<checkpoint>.partial-XXXXXX" or "<checkpoint>.old-XXXXXX": write_dir_atomic's temporaries.
 bool partial_name(std::string_view n) {
   for (std::string_view tag : {".partial-", ".old-"}) {
     const size_t at = n.rfind(tag);
-    if (at != std::string_view::npos && checkpoint_name(n.substr(0, at)) && n.size() == at + tag.size() + 6) return true;
+    if (at != std::string_view::npos && checkpoint_name(n.substr(0, at)) && n.size() == at + tag.size() + 6)
+      return true;
   }
   return false;
 }
@@ -135,8 +138,10 @@ RunDir RunDir::open(const std::string& dir, const RunDirOptions& o) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (!e.is_directory(ec)) continue;
-    if (partial_name(n)) partial.push_back(n);
-    else if (checkpoint_name(n)) checkpoints.push_back(n);
+    if (partial_name(n))
+      partial.push_back(n);
+    else if (checkpoint_name(n))
+      checkpoints.push_back(n);
   }
   if (ec) fail("{}: cannot list the output folder: {}", dir, ec.message());
   std::sort(partial.begin(), partial.end());
@@ -163,11 +168,13 @@ RunDir RunDir::open(const std::string& dir, const RunDirOptions& o) {
         fs::remove_all(fs::path(dir) / n, ec);
         if (ec) fail("{}: cannot remove {} (--overwrite): {}", dir, n, ec.message());
       }
-      r.notes_.push_back(fmt::format("{}: removed another run's checkpoints (--overwrite): {}", dir, join(checkpoints)));
+      r.notes_.push_back(
+          fmt::format("{}: removed another run's checkpoints (--overwrite): {}", dir, join(checkpoints)));
     } else {
-      fail("{}: holds another run's checkpoints ({}); resume one of them with --resume, choose another output "
-           "folder, or pass --overwrite to replace them",
-           dir, join(checkpoints));
+      fail(
+          "{}: holds another run's checkpoints ({}); resume one of them with --resume, choose another output "
+          "folder, or pass --overwrite to replace them",
+          dir, join(checkpoints));
     }
   }
   return r;

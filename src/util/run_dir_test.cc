@@ -1,17 +1,17 @@
 #include "util/run_dir.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "util/error.h"
 #include "testing/errors.h"
+#include "util/error.h"
 
 namespace mxrl {
 namespace {
@@ -67,7 +67,9 @@ TEST_F(RunDirTest, ASecondWriterIsRefusedNamingTheHolder) {
   char c;
   ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
   const std::string err = error_of([&] { RunDir::open(path("out"), opts(false, "", "the second run")); });
-  EXPECT_EQ(err.rfind(path("out") + ": another run is writing to this folder (pid " + std::to_string(child) + " on host ", 0), 0u)
+  EXPECT_EQ(
+      err.rfind(path("out") + ": another run is writing to this folder (pid " + std::to_string(child) + " on host ", 0),
+      0u)
       << err;
   EXPECT_NE(err.find("UTC: the first run)"), std::string::npos) << err;
   EXPECT_EQ(err.find('\n'), std::string::npos) << err;
@@ -86,10 +88,14 @@ TEST_F(RunDirTest, AnotherRunsCheckpointsAreRefusedUnlessOverwrittenOrResumedFro
   fs::create_directories(path("out/final"));
   std::ofstream(path("out/notes.txt")) << "mine";
   std::string err = error_of([&] { RunDir::open(path("out"), {}); });
-  EXPECT_EQ(err, path("out") + ": holds another run's checkpoints (final, step-000002); resume one of them with "
-                               "--resume, choose another output folder, or pass --overwrite to replace them");
+  EXPECT_EQ(err, path("out") +
+                     ": holds another run's checkpoints (final, step-000002); resume one of them with "
+                     "--resume, choose another output folder, or pass --overwrite to replace them");
   // Resuming a state of this folder continues here, removing nothing.
-  { RunDir d = RunDir::open(path("out"), opts(false, path("out/step-000002/"), "")); EXPECT_TRUE(d.notes().empty()); }
+  {
+    RunDir d = RunDir::open(path("out"), opts(false, path("out/step-000002/"), ""));
+    EXPECT_TRUE(d.notes().empty());
+  }
   EXPECT_TRUE(fs::exists(path("out/final")));
   // A state from elsewhere is a new run's business.
   fs::create_directories(path("other/step-000001"));
@@ -111,8 +117,9 @@ TEST_F(RunDirTest, LeftoversOfAKilledSaveAreRemovedAndNamed) {
   std::ofstream(path("out/final.partial-XyZ123/model.safetensors")) << "half";
   RunDir d = RunDir::open(path("out"), {});
   ASSERT_EQ(d.notes().size(), 1u);
-  EXPECT_EQ(d.notes()[0], path("out") + ": removed 3 folders left by an interrupted save: final.old-abcdef, "
-                                        "final.partial-XyZ123, step-000004.partial-a1B2c3");
+  EXPECT_EQ(d.notes()[0], path("out") +
+                              ": removed 3 folders left by an interrupted save: final.old-abcdef, "
+                              "final.partial-XyZ123, step-000004.partial-a1B2c3");
   EXPECT_FALSE(fs::exists(path("out/final.partial-XyZ123")));
   EXPECT_FALSE(fs::exists(path("out/step-000004.partial-a1B2c3")));
   EXPECT_TRUE(fs::exists(path("out/mine.partial-abcdef")));  // not a checkpoint's temporary

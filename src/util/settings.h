@@ -47,28 +47,41 @@ struct SettingsField {
   std::string help;
   SettingKind kind = SettingKind::Int;
   SettingBounds bounds;
-  std::vector<std::string> names;  // Enum: the names of its values, in `values` order
-  bool optional = false;           // from_json: a missing key keeps the default (states saved before it existed)
-  std::function<void*(C&)> ref;    // the member, of the type `kind` names (every kind but Enum)
-  std::function<int(const C&)> get;   // Enum: the index of the value in `names`
-  std::function<void(C&, int)> set;   // Enum: sets the value of names[i]
+  std::vector<std::string> names;    // Enum: the names of its values, in `values` order
+  bool optional = false;             // from_json: a missing key keeps the default (states saved before it existed)
+  std::function<void*(C&)> ref;      // the member, of the type `kind` names (every kind but Enum)
+  std::function<int(const C&)> get;  // Enum: the index of the value in `names`
+  std::function<void(C&, int)> set;  // Enum: sets the value of names[i]
 
   template <class T>
-  T& at(C& c) const { return *static_cast<T*>(ref(c)); }
+  T& at(C& c) const {
+    return *static_cast<T*>(ref(c));
+  }
   template <class T>
-  const T& at(const C& c) const { return *static_cast<const T*>(ref(const_cast<C&>(c))); }
+  const T& at(const C& c) const {
+    return *static_cast<const T*>(ref(const_cast<C&>(c)));
+  }
   const std::string& enum_name(const C& c) const { return names.at(static_cast<size_t>(get(c))); }
   // Sets an Enum field by name; false if `name` is none of `names`.
   bool set_name(C& c, std::string_view name) const;
 
-  SettingsField& min(double lo) { return bound(lo, false, bounds.hi, bounds.hi_open); }     // >= lo
-  SettingsField& above(double lo) { return bound(lo, true, bounds.hi, bounds.hi_open); }    // > lo
-  SettingsField& max(double hi) { return bound(bounds.lo, bounds.lo_open, hi, false); }     // <= hi
-  SettingsField& below(double hi) { return bound(bounds.lo, bounds.lo_open, hi, true); }    // < hi
-  SettingsField& range(double lo, double hi) { return bound(lo, false, hi, false); }        // in [lo, hi]
-  SettingsField& cli(std::string f) { flag = std::move(f); return *this; }
-  SettingsField& no_cli() { flag.clear(); return *this; }
-  SettingsField& optional_key() { optional = true; return *this; }
+  SettingsField& min(double lo) { return bound(lo, false, bounds.hi, bounds.hi_open); }   // >= lo
+  SettingsField& above(double lo) { return bound(lo, true, bounds.hi, bounds.hi_open); }  // > lo
+  SettingsField& max(double hi) { return bound(bounds.lo, bounds.lo_open, hi, false); }   // <= hi
+  SettingsField& below(double hi) { return bound(bounds.lo, bounds.lo_open, hi, true); }  // < hi
+  SettingsField& range(double lo, double hi) { return bound(lo, false, hi, false); }      // in [lo, hi]
+  SettingsField& cli(std::string f) {
+    flag = std::move(f);
+    return *this;
+  }
+  SettingsField& no_cli() {
+    flag.clear();
+    return *this;
+  }
+  SettingsField& optional_key() {
+    optional = true;
+    return *this;
+  }
 
  private:
   SettingsField& bound(double lo, bool lo_open, double hi, bool hi_open) {
@@ -83,14 +96,22 @@ using SettingsTable = std::vector<SettingsField<C>>;
 namespace detail {
 template <class T>
 constexpr SettingKind kind_of() {
-  if constexpr (std::is_same_v<T, int64_t>) return SettingKind::Int;
-  else if constexpr (std::is_same_v<T, uint64_t>) return SettingKind::UInt;
-  else if constexpr (std::is_same_v<T, double>) return SettingKind::Double;
-  else if constexpr (std::is_same_v<T, float>) return SettingKind::Float;
-  else if constexpr (std::is_same_v<T, bool>) return SettingKind::Bool;
-  else if constexpr (std::is_same_v<T, std::string>) return SettingKind::String;
-  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return SettingKind::Strings;
-  else static_assert(sizeof(T) == 0, "a settings field is int64_t, uint64_t, double, float, bool, string or strings");
+  if constexpr (std::is_same_v<T, int64_t>)
+    return SettingKind::Int;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return SettingKind::UInt;
+  else if constexpr (std::is_same_v<T, double>)
+    return SettingKind::Double;
+  else if constexpr (std::is_same_v<T, float>)
+    return SettingKind::Float;
+  else if constexpr (std::is_same_v<T, bool>)
+    return SettingKind::Bool;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return SettingKind::String;
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return SettingKind::Strings;
+  else
+    static_assert(sizeof(T) == 0, "a settings field is int64_t, uint64_t, double, float, bool, string or strings");
 }
 std::string flag_of(std::string_view key);  // the last path component, with - for _
 
@@ -249,7 +270,9 @@ void settings_from_json(const SettingsTable<C>& t, const nlohmann::json& j, C& c
       case SettingKind::Float: f.template at<float>(c) = static_cast<float>(detail::read_number(*v, ctx, f.key)); break;
       case SettingKind::Bool: f.template at<bool>(c) = detail::read_bool(*v, ctx, f.key); break;
       case SettingKind::String: f.template at<std::string>(c) = detail::read_string(*v, ctx, f.key); break;
-      case SettingKind::Strings: f.template at<std::vector<std::string>>(c) = detail::read_strings(*v, ctx, f.key); break;
+      case SettingKind::Strings:
+        f.template at<std::vector<std::string>>(c) = detail::read_strings(*v, ctx, f.key);
+        break;
       case SettingKind::Enum: f.set(c, detail::read_enum(*v, f.names, ctx, f.key)); break;
     }
   }

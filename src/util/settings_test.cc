@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
-#include "util/error.h"
 #include "testing/errors.h"
+#include "util/error.h"
 
 namespace mxrl {
 namespace {
@@ -42,11 +42,12 @@ const SettingsTable<Toy>& toy_fields() {
         setting_field<Toy>("temp", "Temperature", &Toy::temp).above(0),
         setting_field<Toy>("name", "Name", &Toy::name),
         setting_field<Toy>("tags", "Tags", &Toy::tags),
-        setting_enum_field<Toy>("color", "Color", &Toy::color, std::vector<Color>{Color::Red, Color::Green}, color_name),
+        setting_enum_field<Toy>("color", "Color", &Toy::color, std::vector<Color>{Color::Red, Color::Green},
+                                color_name),
         setting_field<Toy>("added_later", "Added later", &Toy::added_later).optional_key().no_cli(),
     };
     SettingsTable<Inner> in = {setting_field<Inner>("rate", "Rate", &Inner::rate).range(0, 1).cli("inner-rate"),
-                       setting_field<Inner>("on", "On", &Inner::on)};
+                               setting_field<Inner>("on", "On", &Inner::on)};
     for (auto& f : setting_nest<Toy>(in, &Toy::inner, "inner.")) t.push_back(std::move(f));
     return t;
   }();
@@ -98,7 +99,8 @@ TEST(Settings, BadJsonIsOneLineNamingTheKey) {
             "toy settings: inner.on must be true or false, got \"yes\" (string)");
   EXPECT_EQ(err([](json& j) { j["color"] = "blue"; }),
             "toy settings: color must be one of \"red\", \"green\", got \"blue\" (string)");
-  EXPECT_EQ(err([](json& j) { j["tags"] = "a"; }), "toy settings: tags must be an array of strings, got \"a\" (string)");
+  EXPECT_EQ(err([](json& j) { j["tags"] = "a"; }),
+            "toy settings: tags must be an array of strings, got \"a\" (string)");
   EXPECT_EQ(err([](json& j) { j["inner"] = 3; }), "toy settings: inner must be an object, got 3 (number)");
   EXPECT_EQ(err([](json& j) { j["steps"] = 0; }), "toy settings: steps must be >= 1, got 0");
   EXPECT_EQ(err([](json& j) { j["inner"]["rate"] = 1.5; }), "toy settings: inner.rate must be in [0, 1], got 1.5");

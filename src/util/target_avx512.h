@@ -15,8 +15,7 @@
 // clang-format on
 #define MXRL_END_AVX512 _Pragma("clang attribute pop")
 #elif defined(__GNUC__)
-#define MXRL_BEGIN_AVX512 \
-  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,fma\")")
+#define MXRL_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,fma\")")
 #define MXRL_END_AVX512 _Pragma("GCC pop_options")
 #else
 #error "AVX-512 kernels need GCC or clang"

@@ -23,9 +23,7 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int chunks, int i) {
 }
 }  // namespace
 
-int ThreadPool::hardware_threads() {
-  return std::max(1u, std::thread::hardware_concurrency());
-}
+int ThreadPool::hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = hardware_threads();
@@ -72,8 +70,7 @@ void ThreadPool::worker_loop(int id) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                              int64_t grain) {
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int chunks = static_cast<int>(std::min<int64_t>(size(), (n + grain - 1) / grain));
@@ -101,8 +98,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   task_ = nullptr;
 }
 
-void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                  int64_t grain) {
+void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (pool)
     pool->parallel_for(n, fn, grain);
   else if (n > 0)

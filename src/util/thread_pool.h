@@ -24,8 +24,7 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // fn(begin, end) over chunks of at least `grain` indices; the caller runs
   // one chunk itself. A call from inside a task runs serially.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                    int64_t grain = 1);
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
   static int hardware_threads();
 
@@ -46,7 +45,6 @@ class ThreadPool {
 };
 
 // Serial when pool is null.
-void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                  int64_t grain = 1);
+void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
 }  // namespace mxrl

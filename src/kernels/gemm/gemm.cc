@@ -87,14 +87,22 @@ std::string run_self_test() {
   const float fixed_x[][4] = {
       // {acc, x0, w1, x1} with w0 = 1: the even element's product is x0, the odd one's x1 * w1.
       // Order-sensitive sums: (acc + p1) + p0 differs from (acc + p0) + p1.
-      {0x1p25f, 1.0f, 1.0f, -0x1p25f},        {-0x1p24f, -1.0f, 1.0f, 0x1p24f},
-      {0x1p24f, 1.0f, 1.0f, -0x1p24f},        {0.0f, 0x1p-130f, 1.0f, 0x1p-126f},  // denormal operand
-      {0x1p-130f, 1.0f, 0x1p-120f, 0.0f},     {0x1p-126f, -0x1p-127f, 1.0f, 0.0f}, // denormal result
-      {0.0f, 0x1p-70f, 0x1p-60f, 0.0f},       {NAN, 1.0f, 1.0f, 1.0f},
-      {INFINITY, -INFINITY, 1.0f, 1.0f},      {1.0f, INFINITY, 0.0f, 1.0f},
-      {-0.0f, -0.0f, 1.0f, 0.0f},             {3.0f, 1.00390625f, 1.00390625f, -1.0f},
-      {0x1.000002p0f, 0x1p-24f, 1.0f, 0x1p-24f}, {-0x1p-126f, 0x1.8p-127f, 1.0f, 0.0f},
-      {1e30f, 1e30f, 1e10f, -1.0f},           {0x1p-126f, -0x1p-126f, 1.0f, 0x1p-140f},
+      {0x1p25f, 1.0f, 1.0f, -0x1p25f},
+      {-0x1p24f, -1.0f, 1.0f, 0x1p24f},
+      {0x1p24f, 1.0f, 1.0f, -0x1p24f},
+      {0.0f, 0x1p-130f, 1.0f, 0x1p-126f},  // denormal operand
+      {0x1p-130f, 1.0f, 0x1p-120f, 0.0f},
+      {0x1p-126f, -0x1p-127f, 1.0f, 0.0f},  // denormal result
+      {0.0f, 0x1p-70f, 0x1p-60f, 0.0f},
+      {NAN, 1.0f, 1.0f, 1.0f},
+      {INFINITY, -INFINITY, 1.0f, 1.0f},
+      {1.0f, INFINITY, 0.0f, 1.0f},
+      {-0.0f, -0.0f, 1.0f, 0.0f},
+      {3.0f, 1.00390625f, 1.00390625f, -1.0f},
+      {0x1.000002p0f, 0x1p-24f, 1.0f, 0x1p-24f},
+      {-0x1p-126f, 0x1.8p-127f, 1.0f, 0.0f},
+      {1e30f, 1e30f, 1e10f, -1.0f},
+      {0x1p-126f, -0x1p-126f, 1.0f, 0x1p-140f},
   };
   std::string failure;
   for (int round = 0; round < 64 && failure.empty(); ++round) {
@@ -128,8 +136,8 @@ std::string run_self_test() {
   for (int round = 0; round < 32 && failure.empty(); ++round) {
     alignas(64) float x[32];
     alignas(64) uint16_t out[32];
-    const float special[] = {0x1p-130f, -0x1p-140f, NAN, -INFINITY, 0x1.0081p0f, 0x1.0180p0f, 0x1.0080p0f,
-                             3.4028235e38f, -0.0f, 0x1.fffffep-127f};
+    const float special[] = {0x1p-130f,   -0x1p-140f,  NAN,           -INFINITY, 0x1.0081p0f,
+                             0x1.0180p0f, 0x1.0080p0f, 3.4028235e38f, -0.0f,     0x1.fffffep-127f};
     for (int l = 0; l < 32; ++l)
       x[l] = round == 0 && l < 10 ? special[l] : f32_from_bits(static_cast<uint32_t>(next()));
     bf16_convert_instruction(x, out);
@@ -149,8 +157,7 @@ const std::string& bf16_dot_self_test() {
   static const std::string verdict = [] {
     std::string v = run_self_test();
     if (v.rfind("failed", 0) == 0)
-      std::fprintf(stderr, "mxrl: the BF16 dot-product self-test %s; BF16 and MX GEMMs use the FMA path\n",
-                   v.c_str());
+      std::fprintf(stderr, "mxrl: the BF16 dot-product self-test %s; BF16 and MX GEMMs use the FMA path\n", v.c_str());
     return v;
   }();
   return verdict;
@@ -194,9 +201,9 @@ PairKernel pair_kernel_from_name(const std::string& name) {
     k = PairKernel::Dot;
   } else if (name == "amx") {
     if (!detail::amx_available())
-      fail("pair kernel 'amx' is not available here: {}",
-           cpu_features().amx_bf16 && cpu_features().amx_tile ? "the OS refused the AMX tile state"
-                                                               : "this CPU has no AMX-BF16");
+      fail("pair kernel 'amx' is not available here: {}", cpu_features().amx_bf16 && cpu_features().amx_tile
+                                                              ? "the OS refused the AMX tile state"
+                                                              : "this CPU has no AMX-BF16");
     k = PairKernel::Amx;
   } else {
     fail("unknown pair kernel '{}' (auto, fma, dot, amx)", name);
@@ -219,8 +226,7 @@ void validate(const WeightView& w, const char* who) {
   }
   if (w.fmt == WFormat::FP8) {
     if (w.fp8_grid.group_rows < 1 || w.fp8_grid.group_cols < 1)
-      fail("{}: FP8 grid {}x{} must have groups of at least 1x1", who, w.fp8_grid.group_rows,
-           w.fp8_grid.group_cols);
+      fail("{}: FP8 grid {}x{} must have groups of at least 1x1", who, w.fp8_grid.group_rows, w.fp8_grid.group_cols);
     if (w.n * w.k > 0 && !w.fp8_scales) fail("{}: FP8 weight [{}, {}] has no scales", who, w.n, w.k);
   }
 }
@@ -321,8 +327,14 @@ uint64_t PackedWeight::fingerprint() const {
   auto add = [&](const void* p, size_t bytes) {
     if (bytes > 0) XXH3_64bits_update(st.get(), p, bytes);
   };
-  const int64_t fields[] = {static_cast<int64_t>(fmt_), static_cast<int64_t>(elem_), n_, k_, panels_,
-                            static_cast<int64_t>(panel_bytes_), group_k_, k_groups_};
+  const int64_t fields[] = {static_cast<int64_t>(fmt_),
+                            static_cast<int64_t>(elem_),
+                            n_,
+                            k_,
+                            panels_,
+                            static_cast<int64_t>(panel_bytes_),
+                            group_k_,
+                            k_groups_};
   add(fields, sizeof(fields));
   add(data_.get(), panel_bytes_ * static_cast<size_t>(panels_));
   add(mx_scales_.data(), mx_scales_.size());
@@ -339,7 +351,8 @@ PackedWeight PackedWeight::pack(const WeightView& w, const Exec& exec) {
 PackedWeight PackedWeight::pack_transposed(const WeightView& wt, const Exec& exec) {
   if (wt.fmt == WFormat::FP8) fail("gemm pack_transposed: FP8 grids are packed from W, not W^T");
   if (wt.n < 0 || wt.k < 0) fail("gemm pack_transposed: negative shape [{}, {}]", wt.n, wt.k);
-  if (wt.n * wt.k > 0 && !wt.data) fail("gemm pack_transposed: {} W^T [{}, {}] has no data", wformat_name(wt.fmt), wt.n, wt.k);
+  if (wt.n * wt.k > 0 && !wt.data)
+    fail("gemm pack_transposed: {} W^T [{}, {}] has no data", wformat_name(wt.fmt), wt.n, wt.k);
   if (wt.fmt == WFormat::MX) {
     if (wt.n % kMxBlock != 0)
       fail("gemm pack_transposed: MX W^T [{}, {}]: its rows (W's K) must be a multiple of {}", wt.n, wt.k, kMxBlock);
@@ -384,77 +397,80 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
 
   // Codes whose magnitude (code & 0x7F) is at least this mean NaN or Inf (0x80: none).
   const int special_min = !f.has_nan ? 0x80 : f.has_inf ? 0x7C : 0x7F;
-  parallel_for(exec.pool, P, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      uint8_t* dst = pw.data_.get() + p * pw.panel_bytes_;
-      const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
-      const int64_t n0 = p * kPanel;
-      switch (w.fmt) {
-        case WFormat::F32:
-          if (transposed)
-            pack_panel_transposed<float, false>(static_cast<const float*>(w.data), N, K, n0, cols,
-                                                reinterpret_cast<float*>(dst));
-          else
-            pack_panel<float, false>(static_cast<const float*>(w.data), K, n0, cols, reinterpret_cast<float*>(dst));
-          break;
-        case WFormat::BF16:
-          if (transposed)
-            pack_panel_transposed<uint16_t, true>(static_cast<const uint16_t*>(w.data), N, K, n0, cols,
-                                                  reinterpret_cast<uint16_t*>(dst));
-          else
-            pack_panel<uint16_t, true>(static_cast<const uint16_t*>(w.data), K, n0, cols,
-                                       reinterpret_cast<uint16_t*>(dst));
-          break;
-        case WFormat::MX:
-        case WFormat::FP8: {
-          const auto* s = static_cast<const uint8_t*>(w.data);
-          if (transposed)
-            pack_panel_transposed<uint8_t, true>(s, N, K, n0, cols, dst);
-          else
-            pack_panel<uint8_t, true>(s, K, n0, cols, dst);
-          // The checks read the packed panel: every code of the panel's columns, in any order.
-          bool fast = f.bits == 8;
-          uint8_t any_bits = 0;
-          bool special = false;
-          for (int64_t i = 0; i < K * kPanel; ++i) {
-            any_bits |= dst[i];
-            special |= (dst[i] & 0x7F) >= special_min;
-          }
-          if (special) fast = false;
-          if (any_bits & ~code_limit)  // the first bad code in W's row-major order
-            for (int64_t j = 0; j < cols && bad_code[p] < 0; ++j)
-              for (int64_t k = 0; k < K; ++k)
-                if (s[at(n0 + j, k)] > code_limit) {
-                  bad_code[p] = (n0 + j) * K + k;
-                  bad_value[p] = s[at(n0 + j, k)];
-                  break;
-                }
-          const int64_t G = pw.k_groups_;
-          if (w.fmt == WFormat::MX) {
-            uint8_t* ds = pw.mx_scales_.data() + p * G * kPanel;
-            for (int64_t g = 0; g < G; ++g)
-              for (int64_t j = 0; j < cols; ++j) {
-                const uint8_t b = transposed ? w.mx_scales[g * N + n0 + j] : w.mx_scales[(n0 + j) * G + g];
-                ds[g * kPanel + j] = b;
-                if (b != kE8M0Nan && static_cast<int>(b) + fold_exp > 254) fast = false;
+  parallel_for(
+      exec.pool, P,
+      [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          uint8_t* dst = pw.data_.get() + p * pw.panel_bytes_;
+          const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
+          const int64_t n0 = p * kPanel;
+          switch (w.fmt) {
+            case WFormat::F32:
+              if (transposed)
+                pack_panel_transposed<float, false>(static_cast<const float*>(w.data), N, K, n0, cols,
+                                                    reinterpret_cast<float*>(dst));
+              else
+                pack_panel<float, false>(static_cast<const float*>(w.data), K, n0, cols, reinterpret_cast<float*>(dst));
+              break;
+            case WFormat::BF16:
+              if (transposed)
+                pack_panel_transposed<uint16_t, true>(static_cast<const uint16_t*>(w.data), N, K, n0, cols,
+                                                      reinterpret_cast<uint16_t*>(dst));
+              else
+                pack_panel<uint16_t, true>(static_cast<const uint16_t*>(w.data), K, n0, cols,
+                                           reinterpret_cast<uint16_t*>(dst));
+              break;
+            case WFormat::MX:
+            case WFormat::FP8: {
+              const auto* s = static_cast<const uint8_t*>(w.data);
+              if (transposed)
+                pack_panel_transposed<uint8_t, true>(s, N, K, n0, cols, dst);
+              else
+                pack_panel<uint8_t, true>(s, K, n0, cols, dst);
+              // The checks read the packed panel: every code of the panel's columns, in any order.
+              bool fast = f.bits == 8;
+              uint8_t any_bits = 0;
+              bool special = false;
+              for (int64_t i = 0; i < K * kPanel; ++i) {
+                any_bits |= dst[i];
+                special |= (dst[i] & 0x7F) >= special_min;
               }
-          } else {
-            float* ds = pw.fp8_scales_.data() + p * G * kPanel;
-            for (int64_t g = 0; g < G; ++g)
-              for (int64_t j = 0; j < cols; ++j) {
-                const float v = w.fp8_scales[((n0 + j) / w.fp8_grid.group_rows) * G + g];
-                ds[g * kPanel + j] = v;
-                if (std::isfinite(v) && !std::isfinite(std::ldexp(v, fold_exp))) fast = false;
+              if (special) fast = false;
+              if (any_bits & ~code_limit)  // the first bad code in W's row-major order
+                for (int64_t j = 0; j < cols && bad_code[p] < 0; ++j)
+                  for (int64_t k = 0; k < K; ++k)
+                    if (s[at(n0 + j, k)] > code_limit) {
+                      bad_code[p] = (n0 + j) * K + k;
+                      bad_value[p] = s[at(n0 + j, k)];
+                      break;
+                    }
+              const int64_t G = pw.k_groups_;
+              if (w.fmt == WFormat::MX) {
+                uint8_t* ds = pw.mx_scales_.data() + p * G * kPanel;
+                for (int64_t g = 0; g < G; ++g)
+                  for (int64_t j = 0; j < cols; ++j) {
+                    const uint8_t b = transposed ? w.mx_scales[g * N + n0 + j] : w.mx_scales[(n0 + j) * G + g];
+                    ds[g * kPanel + j] = b;
+                    if (b != kE8M0Nan && static_cast<int>(b) + fold_exp > 254) fast = false;
+                  }
+              } else {
+                float* ds = pw.fp8_scales_.data() + p * G * kPanel;
+                for (int64_t g = 0; g < G; ++g)
+                  for (int64_t j = 0; j < cols; ++j) {
+                    const float v = w.fp8_scales[((n0 + j) / w.fp8_grid.group_rows) * G + g];
+                    ds[g * kPanel + j] = v;
+                    if (std::isfinite(v) && !std::isfinite(std::ldexp(v, fold_exp))) fast = false;
+                  }
+                if (fast)
+                  for (int64_t i = 0; i < G * kPanel; ++i) ds[i] = std::ldexp(ds[i], fold_exp);  // exact
               }
-            if (fast)
-              for (int64_t i = 0; i < G * kPanel; ++i) ds[i] = std::ldexp(ds[i], fold_exp);  // exact
+              pw.fast_[p] = fast;
+              break;
+            }
           }
-          pw.fast_[p] = fast;
-          break;
         }
-      }
-    }
-  }, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, K * kPanel)));
+      },
+      std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, K * kPanel)));
   for (int64_t p = 0; p < P; ++p)
     if (bad_code[p] >= 0)
       fail("gemm pack: element code 0x{:02X} at [{}, {}] does not fit {} ({} bits)", bad_value[p], bad_code[p] / K,
@@ -483,13 +499,16 @@ void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec
   // At least ~2 MFLOP per thread (10-40 us): waking a worker costs 5 us or more.
   const int64_t item_flops = 2 * std::min(m, mc) * kPanel * K;
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 21) / item_flops);
-  parallel_for(exec.pool, nmb * P, [&](int64_t b, int64_t e) {
-    while (b < e) {
-      const int64_t mb = b / P, p0 = b % P, p1 = std::min(P, p0 + (e - b));
-      kern.run(x, w, y, mb * mc, std::min(m, (mb + 1) * mc), p0, p1);
-      b += p1 - p0;
-    }
-  }, grain);
+  parallel_for(
+      exec.pool, nmb * P,
+      [&](int64_t b, int64_t e) {
+        while (b < e) {
+          const int64_t mb = b / P, p0 = b % P, p1 = std::min(P, p0 + (e - b));
+          kern.run(x, w, y, mb * mc, std::min(m, (mb + 1) * mc), p0, p1);
+          b += p1 - p0;
+        }
+      },
+      grain);
 }
 
 void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y) {
@@ -499,7 +518,8 @@ void gemm_reference(const float* x, int64_t m, const WeightView& w, float* y) {
   const int64_t K = w.k, K2 = (K + 1) / 2 * 2;  // the pair chain pads K with a zero
   std::vector<float> wrow(static_cast<size_t>(K2), 0.0f), xrow(static_cast<size_t>(K2), 0.0f);
   for (int64_t n = 0; n < w.n; ++n) {
-    for (int64_t k = 0; k < K; ++k) wrow[k] = pairs ? detail::bf16_dot_daz(weight_value(w, n, k)) : weight_value(w, n, k);
+    for (int64_t k = 0; k < K; ++k)
+      wrow[k] = pairs ? detail::bf16_dot_daz(weight_value(w, n, k)) : weight_value(w, n, k);
     for (int64_t r = 0; r < m; ++r) {
       float acc = 0.0f;
       if (pairs) {
@@ -521,23 +541,26 @@ void gemm_split_k(const float* x, int64_t m, const WeightView& w, float* y, int6
   if (m < 0) fail("gemm_split_k: negative row count {}", m);
   if (splits < 1) fail("gemm_split_k: {} splits", splits);
   // Output columns in parallel: each output's sum is the same whatever thread makes it.
-  parallel_for(pool, w.n, [&](int64_t n0, int64_t n1) {
-    std::vector<float> wrow(static_cast<size_t>(w.k)), part(static_cast<size_t>(splits));
-    for (int64_t n = n0; n < n1; ++n) {
-      for (int64_t k = 0; k < w.k; ++k) wrow[k] = weight_value(w, n, k);
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t s = 0; s < splits; ++s) {
-          float acc = 0.0f;
-          for (int64_t k = w.k * s / splits; k < w.k * (s + 1) / splits; ++k)
-            acc = std::fma(x[r * w.k + k], wrow[k], acc);
-          part[s] = acc;
+  parallel_for(
+      pool, w.n,
+      [&](int64_t n0, int64_t n1) {
+        std::vector<float> wrow(static_cast<size_t>(w.k)), part(static_cast<size_t>(splits));
+        for (int64_t n = n0; n < n1; ++n) {
+          for (int64_t k = 0; k < w.k; ++k) wrow[k] = weight_value(w, n, k);
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t s = 0; s < splits; ++s) {
+              float acc = 0.0f;
+              for (int64_t k = w.k * s / splits; k < w.k * (s + 1) / splits; ++k)
+                acc = std::fma(x[r * w.k + k], wrow[k], acc);
+              part[s] = acc;
+            }
+            float sum = 0.0f;
+            for (int64_t s = 0; s < splits; ++s) sum += part[s];
+            y[r * w.n + n] = canonical(sum);
+          }
         }
-        float sum = 0.0f;
-        for (int64_t s = 0; s < splits; ++s) sum += part[s];
-        y[r * w.n + n] = canonical(sum);
-      }
-    }
-  }, 8);
+      },
+      8);
 }
 
 }  // namespace mxrl

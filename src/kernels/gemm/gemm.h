@@ -44,11 +44,11 @@ const char* wformat_name(WFormat f);
 struct WeightView {
   WFormat fmt = WFormat::F32;
   int64_t n = 0, k = 0;
-  const void* data = nullptr;          // F32: float[n*k]; BF16: uint16_t bits [n*k]; MX / FP8: element codes uint8_t[n*k]
+  const void* data = nullptr;  // F32: float[n*k]; BF16: uint16_t bits [n*k]; MX / FP8: element codes uint8_t[n*k]
   const uint8_t* mx_scales = nullptr;  // MX: E8M0 bytes [n][k/32] (row blocks 1x32 along K)
   const float* fp8_scales = nullptr;   // FP8: FP32 scales [ceil(n/gr)][ceil(k/gc)] as in fp8_grid.h
   Fp8Grid fp8_grid{1, 1};
-  ElemType elem = ElemType::E4M3;      // MX and FP8 element type
+  ElemType elem = ElemType::E4M3;  // MX and FP8 element type
 };
 
 // The FP32 value the GEMM uses for w[n][k]: F32 as is; BF16 widened (exact);
@@ -166,15 +166,14 @@ namespace detail {
 // `block_rows` (a multiple of `tile_rows`) and (block, panel) pairs over
 // threads.
 struct GemmKernels {
-  void (*run)(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0,
-              int64_t p1);
+  void (*run)(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
   int64_t block_rows;
   int64_t tile_rows;
 };
 extern const GemmKernels kGemmScalar;
 #if defined(__x86_64__)
 extern const GemmKernels kGemmAvx512;
-extern const GemmKernels kGemmAmx;  // BF16 and MX weights, PairKernel::Amx only (gemm_amx.cc)
+extern const GemmKernels kGemmAmx;        // BF16 and MX weights, PairKernel::Amx only (gemm_amx.cc)
 extern const GemmKernels kGemmAvx512Dot;  // kGemmAvx512 with the pair chain on VDPBF16PS
 #endif
 // The table for exec.backend (resolved with resolve_backend) and, for BF16 and

@@ -58,10 +58,10 @@ struct AmxMac {
 
 namespace mxrl::detail {
 namespace {
-constexpr int kTileRows = 16;                 // rows of an A or C tile
-constexpr int kStepPairs = 16;                // K pairs per TDPBF16PS (32 K)
+constexpr int kTileRows = 16;                       // rows of an A or C tile
+constexpr int kStepPairs = 16;                      // K pairs per TDPBF16PS (32 K)
 constexpr int kTileWords = kTileRows * kStepPairs;  // uint32 words of one A tile (1 KiB)
-constexpr int64_t kAmxBlockRows = 256;        // rows per block handed to the kernel
+constexpr int64_t kAmxBlockRows = 256;              // rows per block handed to the kernel
 
 // Tile registers: 0-3 accumulators C[row tile 0..1][column half 0..1] (tmm0:
 // C00, tmm1: C01, tmm2: C10, tmm3: C11), 4-5 A (row tiles), 6-7 B (column
@@ -148,7 +148,8 @@ void tile_steps(const uint32_t* a, int64_t steps, BOf&& b_of, float* c) {
 // B from the panel decoded whole into b ([k pair][32]).
 template <int TA>
 void tile_block(const uint32_t* a, int64_t steps, const uint32_t* b, float* c) {
-  tile_steps<TA>(a, steps, [b](int64_t s) { return b + s * kStepPairs * kPanel; }, c);
+  tile_steps<TA>(
+      a, steps, [b](int64_t s) { return b + s * kStepPairs * kPanel; }, c);
 }
 
 // Few rows (one or two row tiles: decode, small batches): the panel is
@@ -158,15 +159,18 @@ template <int TA, Src S>
 void tile_block_streamed(const uint32_t* a, int64_t steps, const PackedWeight& w, int64_t p, const Ctx& ctx,
                          uint32_t* bstep, float* c) {
   const int64_t K = w.k();
-  tile_steps<TA>(a, steps, [&](int64_t s) {
-    const int64_t k0 = s * 2 * kStepPairs, k1 = std::min(K, k0 + 2 * kStepPairs);
-    if (k1 - k0 < 2 * kStepPairs) {  // the last, partial step: zero pairs past K
-      const int64_t kp = (k1 - k0 + 1) / 2;
-      std::memset(bstep + kp * kPanel, 0, static_cast<size_t>(kStepPairs - kp) * kPanel * sizeof(uint32_t));
-    }
-    decode_panel_pairs<S>(w, p, k0, k1, bstep, ctx);
-    return static_cast<const uint32_t*>(bstep);
-  }, c);
+  tile_steps<TA>(
+      a, steps,
+      [&](int64_t s) {
+        const int64_t k0 = s * 2 * kStepPairs, k1 = std::min(K, k0 + 2 * kStepPairs);
+        if (k1 - k0 < 2 * kStepPairs) {  // the last, partial step: zero pairs past K
+          const int64_t kp = (k1 - k0 + 1) / 2;
+          std::memset(bstep + kp * kPanel, 0, static_cast<size_t>(kStepPairs - kp) * kPanel * sizeof(uint32_t));
+        }
+        decode_panel_pairs<S>(w, p, k0, k1, bstep, ctx);
+        return static_cast<const uint32_t*>(bstep);
+      },
+      c);
 }
 
 template <Src S>

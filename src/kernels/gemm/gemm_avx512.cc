@@ -83,8 +83,7 @@ void direct_kernel(const float* x, const PackedWeight& w, int64_t p, float* y, c
     const int64_t cols = N - (p + q) * kPanel;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-      store_row(y + r * N + (p + q) * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16),
-                true);
+      store_row(y + r * N + (p + q) * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16), true);
   }
 }
 
@@ -234,8 +233,7 @@ void blocked(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_
             _mm_prefetch(reinterpret_cast<const char*>(yn + i * N + 16), _MM_HINT_T0);
           }
         }
-        kTiles[r - 1](kc, xp + t * kMr * kXs, b, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1, k0 == 0,
-                      k1 == K);
+        kTiles[r - 1](kc, xp + t * kMr * kXs, b, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1, k0 == 0, k1 == K);
       }
     }
   }

@@ -8,10 +8,10 @@
 namespace mxrl::detail {
 namespace {
 constexpr int kPanel = PackedWeight::kPanel;
-constexpr int kMr = 12;          // rows of a register tile (blocked path): 24 accumulators
-constexpr int64_t kMc = 192;     // rows per block handed to run(); a multiple of kMr
-constexpr int64_t kKc = 256;     // K per cache block (scratch slice 32 KiB)
-constexpr int kDirectRows = 6;   // up to this many rows: decode on the fly
+constexpr int kMr = 12;         // rows of a register tile (blocked path): 24 accumulators
+constexpr int64_t kMc = 192;    // rows per block handed to run(); a multiple of kMr
+constexpr int64_t kKc = 256;    // K per cache block (scratch slice 32 KiB)
+constexpr int kDirectRows = 6;  // up to this many rows: decode on the fly
 
 // How a panel's weights become FP32. Fast20 / Fast21: E4M3 / E5M2 codes of a
 // fast panel (the shift 23 - mbits as an immediate); Generic: exact decode.
@@ -23,7 +23,7 @@ struct Ctx {
   WFormat fmt;
   __m512i magsign;  // sign bit and the magnitude bits after the shift (fast)
   __m512i fold;     // 127 - bias, added to E8M0 bytes (fast, MX)
-  SimdElem elem;  // Generic: exact decode
+  SimdElem elem;    // Generic: exact decode
   explicit Ctx(const PackedWeight& w) : fmt(w.format()), elem(w.elem()) {
     const ElemTraits& f = elem_traits(w.elem());
     const int sh = 23 - f.mbits;
@@ -96,7 +96,8 @@ inline void load_w(const void* base, int64_t k, __m512 s0, __m512 s1, const Ctx&
     w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   } else {
     // 32 codes, the pair of 16-bit lanes 2i, 2i+1 holding columns i and 16 + i.
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(base) + k * kPanel));
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(base) + k * kPanel));
     if constexpr (is_fast(S)) {
       // Sign-extended code << (23 - mbits), per 32-bit lane: the magnitude bits land in
       // the FP32 exponent and mantissa fields (the value times 2^-(127 - bias),

@@ -125,8 +125,7 @@ void pair_direct_kernel(const uint32_t* xq, int64_t K2, const PackedWeight& w, i
     const int64_t cols = N - (p + q) * kPanel;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-      store_row(y + r * N + (p + q) * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16),
-                true);
+      store_row(y + r * N + (p + q) * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16), true);
   }
 }
 
@@ -238,8 +237,7 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
         if (next)
           for (int64_t l = t * per_tile; l < std::min(lines, (t + 1) * per_tile); ++l)
             _mm_prefetch(next + l * 64, _MM_HINT_T1);
-        kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1,
-                       k0 == 0, k1 == K);
+        kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1, k0 == 0, k1 == K);
       }
     }
   }

@@ -41,8 +41,8 @@ std::vector<Engine> engines() {
 void expect_same_bits(const float* a, const float* b, size_t n, const std::string& what) {
   for (size_t i = 0; i < n; ++i)
     if (f32_bits(a[i]) != f32_bits(b[i])) {
-      ADD_FAILURE() << what << ": first difference at " << i << ": " << a[i] << " (0x" << std::hex
-                    << f32_bits(a[i]) << ") vs " << b[i] << " (0x" << f32_bits(b[i]) << ")" << std::dec;
+      ADD_FAILURE() << what << ": first difference at " << i << ": " << a[i] << " (0x" << std::hex << f32_bits(a[i])
+                    << ") vs " << b[i] << " (0x" << f32_bits(b[i]) << ")" << std::dec;
       return;
     }
 }
@@ -64,8 +64,12 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed, bool
         case 0: x = 0.0f; break;
         case 1: x = -0.0f; break;
         case 2: x = f32_from_bits(static_cast<uint32_t>(rng() & 0x807FFFFF)); break;
-        case 3: if (specials) x = kNan; break;
-        case 4: if (specials && rng() % 4 == 0) x = (rng() % 2 ? kInf : -kInf); break;
+        case 3:
+          if (specials) x = kNan;
+          break;
+        case 4:
+          if (specials && rng() % 4 == 0) x = (rng() % 2 ? kInf : -kInf);
+          break;
         default: break;
       }
       v[r * cols + c] = x;
@@ -263,8 +267,8 @@ TEST(Gemm, BatchInvariance) {
     const Weight w = make_weight(kind, n, k, ++seed);
     const std::vector<float> x = random_matrix(m, k, ++seed);
     for (const Engine& eng : engines()) {
-    const PairKernel pk = eng.pk;
-    const Backend be = eng.be;
+      const PairKernel pk = eng.pk;
+      const Backend be = eng.be;
       const Exec ex{&pool, be, pk};
       const PackedWeight pw = PackedWeight::pack(w.view, ex);
       std::vector<float> big(static_cast<size_t>(m * n));
@@ -346,15 +350,17 @@ TEST(Gemm, PairChainOddKRoundingAndFlushing) {
           }
           differ += f32_bits(acc) != f32_bits(ref[r * n + j]);
         }
-      if (tiny) { EXPECT_GT(differ, 0) << "K " << k << ": the tiny case must reach DAZ/FTZ"; }
+      if (tiny) {
+        EXPECT_GT(differ, 0) << "K " << k << ": the tiny case must reach DAZ/FTZ";
+      }
       for (const Engine& eng : engines()) {
         const PackedWeight pw = PackedWeight::pack(view, {&pool, eng.be, eng.pk});
         for (int64_t rows : {int64_t(1), int64_t(5), m}) {
           std::vector<float> y(static_cast<size_t>(rows * n));
           gemm(x.data(), rows, pw, y.data(), {&pool, eng.be, eng.pk});
-          expect_same_bits(y.data(), ref.data(), y.size(),
-                           std::string(eng.name) + " K=" + std::to_string(k) + " M=" + std::to_string(rows) +
-                               (tiny ? " tiny" : ""));
+          expect_same_bits(
+              y.data(), ref.data(), y.size(),
+              std::string(eng.name) + " K=" + std::to_string(k) + " M=" + std::to_string(rows) + (tiny ? " tiny" : ""));
         }
       }
     }
@@ -366,7 +372,9 @@ TEST(Gemm, Bf16DotSelfTestVerdict) {
   const std::string& v = detail::bf16_dot_self_test();
   std::printf("VDPBF16PS self-test on this CPU: %s\n", v.c_str());
   EXPECT_TRUE(v == "passed" || v == "no AVX512_BF16" || v.rfind("failed: ", 0) == 0) << v;
-  if (!cpu_features().avx512_bf16) { EXPECT_EQ(v, "no AVX512_BF16"); }
+  if (!cpu_features().avx512_bf16) {
+    EXPECT_EQ(v, "no AVX512_BF16");
+  }
   EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto) == PairKernel::Dot, v == "passed");
 }
 
@@ -440,8 +448,8 @@ TEST(Gemm, FastDecodeSelection) {
     for (int64_t p = 0; p < pw.panels(); ++p) EXPECT_TRUE(pw.panel_fast(p)) << int(kind) << " panel " << p;
   }
   Weight w = make_weight(Kind::MxE4M3RCeil, 100, 256, 6);
-  w.codes[40 * 256 + 3] = 0x7F;                   // E4M3 NaN code in panel 1
-  w.mx_scales[70 * 8 + 2] = 7 + 128;              // 2^(s - bias) not an FP32 normal: panel 2
+  w.codes[40 * 256 + 3] = 0x7F;       // E4M3 NaN code in panel 1
+  w.mx_scales[70 * 8 + 2] = 7 + 128;  // 2^(s - bias) not an FP32 normal: panel 2
   const PackedWeight pw = PackedWeight::pack(w.view);
   EXPECT_TRUE(pw.panel_fast(0));
   EXPECT_FALSE(pw.panel_fast(1));
@@ -568,7 +576,9 @@ Exec amx(ThreadPool* pool = nullptr) { return {pool, Backend::Auto, PairKernel::
 TEST(GemmAmx, OnlyWhenAskedFor) {
   EXPECT_NE(resolve_pair_kernel(PairKernel::Auto), PairKernel::Amx);
   EXPECT_EQ(resolve_pair_kernel(PairKernel::Amx) == PairKernel::Amx, detail::amx_available());
-  if (!detail::amx_available()) { EXPECT_NE(resolve_pair_kernel(PairKernel::Amx), PairKernel::Auto); }
+  if (!detail::amx_available()) {
+    EXPECT_NE(resolve_pair_kernel(PairKernel::Amx), PairKernel::Auto);
+  }
   EXPECT_STREQ(pair_kernel_name(PairKernel::Amx), "amx");
 }
 
@@ -585,8 +595,8 @@ TEST(GemmAmx, BatchInvariance) {
     Kind kind;
     int64_t n, k;
   };
-  const Shape shapes[] = {{Kind::BF16, 33, 50},          {Kind::BF16, 100, 544},       {Kind::BF16, 70, 1001},
-                          {Kind::MxE4M3RCeil, 33, 64},   {Kind::MxE4M3RCeil, 100, 544}, {Kind::MxE4M3Floor, 45, 1024},
+  const Shape shapes[] = {{Kind::BF16, 33, 50},        {Kind::BF16, 100, 544},        {Kind::BF16, 70, 1001},
+                          {Kind::MxE4M3RCeil, 33, 64}, {Kind::MxE4M3RCeil, 100, 544}, {Kind::MxE4M3Floor, 45, 1024},
                           {Kind::MxE5M2RCeil, 17, 96}};
   for (const Shape& s : shapes) {
     ++seed;
@@ -645,8 +655,8 @@ TEST(GemmAmx, ToleranceAgainstReference) {
         for (int64_t j = 0; j < n; ++j) {
           double mag = 0, exact = 0;
           for (int64_t kk = 0; kk < k; ++kk) {
-            const double p = double(detail::bf16_dot_round(x[r * k + kk])) *
-                             detail::bf16_dot_daz(weight_value(w.view, j, kk));
+            const double p =
+                double(detail::bf16_dot_round(x[r * k + kk])) * detail::bf16_dot_daz(weight_value(w.view, j, kk));
             mag += std::fabs(p);
             exact += p;
           }
@@ -681,12 +691,14 @@ TEST(GemmAmx, FlushesLikeThePairChain) {
     uint16_t w0, w1;
   };
   const Case cases[] = {
-      {0x1p100f, 0.0f, 0x0001, 0x0000},        // subnormal weight 2^-133: x w = 2^-33 unless DAZ
+      {0x1p100f, 0.0f, 0x0001, 0x0000},           // subnormal weight 2^-133: x w = 2^-33 unless DAZ
       {0x1p-70f, 0.0f, 0x21C0 /*1.5*2^-60*/, 0},  // product 1.5 * 2^-130: subnormal
       {0x1p-63f, -0x1p-63f, 0x0080 /*2^-126*/ + (1u << 14), 0x3f00 /*0.5*/},  // normal product pieces
-      {0x1p-20f, 0x1p-20f, 0x1F80 /*2^-64*/, 0x9F80 /*-2^-64*/},  // products cancel exactly: +0
-      {1.0f, 0x1p-126f, 0x0080 /*2^-126*/, 0xBF00 /*-0.5*/},      // 2^-126 - 2^-127: subnormal sum
-      {NAN, 1.0f, 0x3F80, 0x3F80},  {INFINITY, 1.0f, 0x3F80, 0x3F80}, {INFINITY, 1.0f, 0x3F80, 0xFF80},
+      {0x1p-20f, 0x1p-20f, 0x1F80 /*2^-64*/, 0x9F80 /*-2^-64*/},              // products cancel exactly: +0
+      {1.0f, 0x1p-126f, 0x0080 /*2^-126*/, 0xBF00 /*-0.5*/},                  // 2^-126 - 2^-127: subnormal sum
+      {NAN, 1.0f, 0x3F80, 0x3F80},
+      {INFINITY, 1.0f, 0x3F80, 0x3F80},
+      {INFINITY, 1.0f, 0x3F80, 0xFF80},
   };
   for (const Case& c : cases) {
     const float x[2] = {c.x0, c.x1};
@@ -696,7 +708,7 @@ TEST(GemmAmx, FlushesLikeThePairChain) {
     gemm_reference(x, 1, view, &ref);
     gemm(x, 1, PackedWeight::pack(view), &y, amx());
     EXPECT_EQ(f32_bits(y), f32_bits(ref)) << "x " << c.x0 << ", " << c.x1 << " w 0x" << std::hex << c.w0 << ", 0x"
-                                         << c.w1 << ": amx " << y << " reference " << ref;
+                                          << c.w1 << ": amx " << y << " reference " << ref;
   }
 }
 }  // namespace
@@ -717,7 +729,7 @@ TEST(Gemm, PackTransposedEqualsPackOfTheTranspose) {
         if (mx && k % 32 != 0) continue;
         Weight w = make_weight(kind, n, k, ++seed, /*specials=*/true, /*wide=*/true);
         if (mx && n > 40) {
-          w.codes[40 * k + 1] = 0x7F;             // a NaN code (E4M3 and E5M2) in panel 1
+          w.codes[40 * k + 1] = 0x7F;            // a NaN code (E4M3 and E5M2) in panel 1
           w.mx_scales[35 * (k / 32)] = 7 + 128;  // a scale the fast decode cannot fold, panel 1
         }
         // W^T, row-major [k][n]; MX scales as column blocks [k/32][n].
@@ -746,7 +758,9 @@ TEST(Gemm, PackTransposedEqualsPackOfTheTranspose) {
         EXPECT_EQ(a.fingerprint(), b.fingerprint()) << w.name << " n " << n << " k " << k;
         ASSERT_EQ(a.panels(), b.panels());
         for (int64_t p = 0; p < a.panels(); ++p) EXPECT_EQ(a.panel_fast(p), b.panel_fast(p)) << w.name << " " << p;
-        if (mx && n > 40) { EXPECT_FALSE(b.panel_fast(1)); }
+        if (mx && n > 40) {
+          EXPECT_FALSE(b.panel_fast(1));
+        }
       }
   Weight m = make_weight(Kind::MxE4M3RCeil, 8, 32, 1);
   WeightView t = m.view;

@@ -115,7 +115,8 @@ void softmax_lanes(float* p, int64_t npos) {
     acc = _mm512_mask_add_ps(acc, valid_lanes(npos, c), acc, e);
   }
   const __m512 denom = _mm512_set1_ps(lane_tree16(acc));
-  for (int64_t c = 0; c < nc; ++c) _mm512_storeu_ps(p + c * kChunk, _mm512_div_ps(_mm512_loadu_ps(p + c * kChunk), denom));
+  for (int64_t c = 0; c < nc; ++c)
+    _mm512_storeu_ps(p + c * kChunk, _mm512_div_ps(_mm512_loadu_ps(p + c * kChunk), denom));
 }
 
 // attention_probs_impl for H heads of one token: p_h = p + h*ps from query
@@ -161,8 +162,16 @@ void weighted_sum_any(float* out, const float* w, int64_t ws, const float* x, in
     case 1: return weighted_sum<H, 1>(out, w, ws, x, n, stride, hd);
     case 2: return weighted_sum<H, 2>(out, w, ws, x, n, stride, hd);
     case 4: return weighted_sum<H, 4>(out, w, ws, x, n, stride, hd);
-    case 8: if constexpr (H <= 2) return weighted_sum<H, 8>(out, w, ws, x, n, stride, hd); else break;
-    case 16: if constexpr (H == 1) return weighted_sum<1, 16>(out, w, ws, x, n, stride, hd); else break;
+    case 8:
+      if constexpr (H <= 2)
+        return weighted_sum<H, 8>(out, w, ws, x, n, stride, hd);
+      else
+        break;
+    case 16:
+      if constexpr (H == 1)
+        return weighted_sum<1, 16>(out, w, ws, x, n, stride, hd);
+      else
+        break;
     default: break;
   }
   for (int h = 0; h < H; ++h)  // other widths: one head and 16 lanes of d at a time
@@ -200,8 +209,8 @@ Scratch& scratch() {
 namespace {
 // Token t of a run, heads [h0, h0 + H) of KV group g (p holds H rows of cap).
 template <int H>
-void forward_heads(float* out, const float* q, int64_t t, int64_t p0, const float* v, int64_t kv_stride,
-                   int64_t heads, int64_t hd, int64_t g, int64_t h0, float scale, int64_t cap, Scratch& s) {
+void forward_heads(float* out, const float* q, int64_t t, int64_t p0, const float* v, int64_t kv_stride, int64_t heads,
+                   int64_t hd, int64_t g, int64_t h0, float scale, int64_t cap, Scratch& s) {
   const int64_t r = (t * heads + h0) * hd, npos = p0 + t + 1;
   probs<H>(s.p.data(), cap, q + r, s.kt.data(), npos, hd, scale);
   weighted_sum_any<H>(out + r, s.p.data(), cap, v + g * hd, npos, kv_stride, hd);
@@ -270,8 +279,10 @@ void attention_backward_group_avx512(float* dq, float* dk, float* dv, const floa
   s.p.resize(4 * cap), s.dp.resize(4 * cap), s.ds.resize(4 * cap), s.sds.resize(4 * cap);
   for (int64_t t = 0; t < T; ++t) {
     int64_t h = g * group;
-    for (; h + 4 <= h1; h += 4) backward_heads<4>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
-    for (; h + 2 <= h1; h += 2) backward_heads<2>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
+    for (; h + 4 <= h1; h += 4)
+      backward_heads<4>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
+    for (; h + 2 <= h1; h += 2)
+      backward_heads<2>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
     for (; h < h1; ++h) backward_heads<1>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
   }
 }

@@ -9,7 +9,9 @@ namespace mxrl::detail {
 namespace {
 
 // 2^e for integer lanes e in [-126, 127].
-inline __m512 pow2_16(__m512i e) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23)); }
+inline __m512 pow2_16(__m512i e) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
+}
 
 // exp_f (kernels/ops/math.h) on 16 lanes: the same n, the same two-part reduction,
 // the same Horner fmas, and pow2_scale's split of the power of two written as

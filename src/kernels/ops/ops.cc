@@ -14,13 +14,10 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t n, const float
 }
 
 namespace detail {
-const OpsKernels& ops_kernels(Backend b) {
-  return backend_table(b, kOpsScalar, MXRL_AVX512(kOpsAvx512));
-}
+const OpsKernels& ops_kernels(Backend b) { return backend_table(b, kOpsScalar, MXRL_AVX512(kOpsAvx512)); }
 }  // namespace detail
 
-void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
-                     const Exec& exec) {
+void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps, const Exec& exec) {
   detail::ops_kernels(exec.backend).rmsnorm(y, x, w, rows, dim, eps);
 }
 
@@ -50,8 +47,7 @@ void rope_forward(float* x, int64_t heads, int64_t pos, const RopeTable& rope, c
   rope_forward(x, heads, rope.head_dim, c.data(), s.data(), exec);
 }
 
-void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin,
-                  const Exec& exec) {
+void rope_forward(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin, const Exec& exec) {
   detail::ops_kernels(exec.backend).rope(x, heads, head_dim, cos, sin);
 }
 
@@ -59,9 +55,8 @@ void swiglu_forward(float* h, const float* gate, const float* up, int64_t n, con
   detail::ops_kernels(exec.backend).swiglu(h, gate, up, n);
 }
 
-void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos,
-                       int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                       float* scores, const Exec& exec) {
+void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos, int64_t kv_stride,
+                       int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* scores, const Exec& exec) {
   detail::ops_kernels(exec.backend).attention(out, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
 
@@ -89,8 +84,8 @@ void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t 
   }
 }
 
-void moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t num_experts,
-               int64_t k, bool renormalize, const Exec& exec) {
+void moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t num_experts, int64_t k,
+               bool renormalize, const Exec& exec) {
   std::vector<float> p(num_experts);
   std::vector<int32_t> idx(num_experts);
   for (int64_t r = 0; r < rows; ++r) {

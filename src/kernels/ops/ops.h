@@ -16,7 +16,8 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t n, const float
 
 // y[rows, dim] = w * (x * rsqrt(mean(x^2) + eps)); y may alias x.
 // (RMSNorm as HF Qwen3: FP32 statistics, weight applied after normalizing.)
-void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps, const Exec& exec = {});
+void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                     const Exec& exec = {});
 
 // RoPE (non-interleaved, rotate_half) with per-position tables.
 struct RopeTable {
@@ -42,9 +43,8 @@ void swiglu_forward(float* h, const float* gate, const float* up, int64_t n, con
 //   out[heads, hd]; scores scratch [npos].
 // scores_j = dot_seq(q_h, k_j) * scale; p = softmax (exp_f, canonical sum,
 // then division); out_h[d] = sequential fma over j of p_j * v_j[d].
-void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos,
-                       int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                       float* scores, const Exec& exec = {});
+void attention_forward(float* out, const float* q, const float* k, const float* v, int64_t npos, int64_t kv_stride,
+                       int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* scores, const Exec& exec = {});
 
 // The same for a run of T query tokens of one sequence at positions p0 ..
 // p0+T-1 (token t attends to keys 0 .. p0+t), restricted to the heads of KV
@@ -62,14 +62,15 @@ void attention_forward_group(float* out, const float* q, int64_t T, int64_t p0, 
 void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec = {});
 // log p(target) for each row of logits[rows, n]:
 //   logit[t] - (max + log(canonical_sum(exp_f(logit - max))))
-void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n, const Exec& exec = {});
+void log_softmax_gather(float* out, const float* logits, const int32_t* targets, int64_t rows, int64_t n,
+                        const Exec& exec = {});
 // The whole log-softmax row: out[rows, n].
 void log_softmax_forward(float* out, const float* logits, int64_t rows, int64_t n, const Exec& exec = {});
 
 // MoE routing for rows of router logits[rows, E]: FP32 softmax over all
 // experts, top-k (larger probability first; ties: lower index), optionally
 // renormalized over the k chosen (sum in rank order). experts/weights [rows, k].
-void moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t num_experts,
-               int64_t k, bool renormalize, const Exec& exec = {});
+void moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t num_experts, int64_t k,
+               bool renormalize, const Exec& exec = {});
 
 }  // namespace mxrl

@@ -13,9 +13,9 @@
 #include "util/target_avx512.h"
 
 MXRL_BEGIN_AVX512
-#include "kernels/ops/ops_impl.h"
-#include "kernels/ops/ops_backward_impl.h"
 #include "kernels/ops/math_avx512.h"
+#include "kernels/ops/ops_backward_impl.h"
+#include "kernels/ops/ops_impl.h"
 
 namespace mxrl::detail {
 namespace {
@@ -30,8 +30,7 @@ void swiglu_avx512(float* h, const float* gate, const float* up, int64_t n) {
 }
 
 // swiglu_backward_impl, 16 lanes at a time.
-void swiglu_backward_avx512(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
-                            int64_t n) {
+void swiglu_backward_avx512(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -68,8 +67,9 @@ void rmsnorm_avx512(float* y, const float* x, const float* w, int64_t rows, int6
     const __m512 inv = _mm512_set1_ps(rms_inv(xr, dim, eps));
     for (int64_t i = 0; i < dim; i += 16) {
       const __mmask16 k = tail16(dim - i);
-      _mm512_mask_storeu_ps(yr + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + i),
-                                                     _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xr + i), inv)));
+      _mm512_mask_storeu_ps(
+          yr + i, k,
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xr + i), inv)));
     }
   }
 }
@@ -130,5 +130,5 @@ constexpr OpsBackwardKernels with_vector_kernels(OpsBackwardKernels k) {
 }  // namespace
 const OpsKernels kOpsAvx512 = with_vector_kernels(kOps);
 const OpsBackwardKernels kOpsBackwardAvx512 = with_vector_kernels(kOpsBackward);
-}
+}  // namespace mxrl::detail
 MXRL_END_AVX512

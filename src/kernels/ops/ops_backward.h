@@ -18,7 +18,8 @@ namespace mxrl {
 // Forward: out[n, dim] = table[tokens[i], :].
 // dtable[V, dim] += dout[n, dim] scattered by tokens, for i = 0..n-1 in order
 // (a repeated token accumulates its rows in position order).
-void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t n, int64_t dim, const Exec& exec = {});
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t n, int64_t dim,
+                        const Exec& exec = {});
 
 // Forward: y[rows, dim] = w * (x * inv), inv = 1/sqrtf(sumsq_canonical(x_row)/dim + eps).
 // With g = dy * w and xhat = x * inv (inv recomputed bit for bit as the forward):
@@ -27,20 +28,22 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tokens,
 //                                                         (dw == nullptr: skipped)
 // mean(g * xhat): canonical lanes (kernels/ops/math.h order, each lane fma(g, xhat, acc),
 // as sumsq_canonical), divided by dim.
-void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int64_t rows,
-                      int64_t dim, float eps, const Exec& exec = {});
+void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int64_t rows, int64_t dim,
+                      float eps, const Exec& exec = {});
 
 // Forward: rope_forward(x, heads, head_dim, cos, sin), x1' = x1*c - x2*s, x2' = x2*c + x1*s.
 // In place on dx[heads, head_dim] (dy in, dx out): the inverse rotation
 //   dx1 = dy1*c + dy2*s, dx2 = dy2*c - dy1*s; cos/sin[head_dim/2].
-void rope_backward(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin, const Exec& exec = {});
+void rope_backward(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin,
+                   const Exec& exec = {});
 
 // Forward: h[n] = silu(gate) * up.
 //   dup[n]   = dh * silu(gate)                                        written
 //   dgate[n] = dh * up * sig(gate) * (1 + gate * (1 - sig(gate)))     written
 // (sig = sigmoid_f, silu = silu_f as the forward). Elementwise: dgate or dup may
 // alias any input (not each other).
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n, const Exec& exec = {});
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n,
+                     const Exec& exec = {});
 
 // Forward: attention_forward for ONE query token, same arguments: q[heads, hd];
 // keys/values j = 0..npos-1 at k + j*kv_stride, v + j*kv_stride, each
@@ -63,9 +66,9 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 // the group's columns only, token t ascending, then head ascending: bit for bit
 // attention_backward per token in order, so (sequence, group) pairs can be cut
 // across threads.
-void attention_backward_group(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T,
-                              int64_t p0, const float* k, const float* v, int64_t kv_stride, int64_t heads,
-                              int64_t kv_heads, int64_t hd, int64_t g, float scale, const Exec& exec = {});
+void attention_backward_group(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T, int64_t p0,
+                              const float* k, const float* v, int64_t kv_stride, int64_t heads, int64_t kv_heads,
+                              int64_t hd, int64_t g, float scale, const Exec& exec = {});
 
 // Forward: out[r] = log_softmax(logits[r, :])[targets[r]], logits[rows, n].
 //   dlogits[r, i] = dlogp[r] * ([i == targets[r]] - exp_f(logits[r, i] - lse_r))   written

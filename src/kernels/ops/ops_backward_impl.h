@@ -26,7 +26,7 @@ void embedding_backward_impl(float* dtable, const float* dout, const int32_t* to
 }
 
 void rmsnorm_backward_impl(float* dx, float* dw, const float* dy, const float* x, const float* w, int64_t rows,
-                      int64_t dim, float eps) {
+                           int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     const float* dyr = dy + r * dim;
@@ -140,7 +140,7 @@ void attention_backward_group_impl(float* dq, float* dk, float* dv, const float*
 }
 
 void log_softmax_gather_backward_impl(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
-                                 int64_t rows, int64_t n) {
+                                      int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * n;
     float* dl = dlogits + r * n;
@@ -167,7 +167,7 @@ void softmax_backward_impl(float* dx, const float* y, const float* dy, int64_t r
 }
 
 void moe_route_backward_impl(float* dlogits, const float* logits, const int32_t* experts, const float* dweights,
-                        int64_t rows, int64_t num_experts, int64_t k, bool renormalize) {
+                             int64_t rows, int64_t num_experts, int64_t k, bool renormalize) {
   std::vector<float> p(num_experts), dp(k);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* e = experts + r * k;
@@ -192,10 +192,10 @@ void moe_route_backward_impl(float* dlogits, const float* logits, const int32_t*
   }
 }
 
-constexpr OpsBackwardKernels kOpsBackward = {embedding_backward_impl, rmsnorm_backward_impl, rope_backward_impl,
-                                             swiglu_backward_impl,    attention_backward_impl,
-                                             log_softmax_gather_backward_impl, softmax_backward_impl,
-                                             moe_route_backward_impl, attention_backward_group_impl};
+constexpr OpsBackwardKernels kOpsBackward = {
+    embedding_backward_impl, rmsnorm_backward_impl,   rope_backward_impl,
+    swiglu_backward_impl,    attention_backward_impl, log_softmax_gather_backward_impl,
+    softmax_backward_impl,   moe_route_backward_impl, attention_backward_group_impl};
 
 }  // namespace
 }  // namespace mxrl::detail

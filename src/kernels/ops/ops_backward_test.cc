@@ -463,11 +463,20 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
   if (cpu_features().avx512) tables.push_back(&detail::kOpsBackwardAvx512);
   std::mt19937 rng(31);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  struct Case { int64_t heads, kvh, hd, T, p0; float scale; };
-  const Case cases[] = {{4, 2, 32, 37, 0, 0.18f}, {8, 2, 32, 5, 11, 0.18f}, {2, 2, 128, 20, 0, 0.09f},
-                        {6, 3, 48, 9, 2, 0.14f},  {4, 1, 16, 33, 0, 6.0f},
+  struct Case {
+    int64_t heads, kvh, hd, T, p0;
+    float scale;
+  };
+  const Case cases[] = {{4, 2, 32, 37, 0, 0.18f},
+                        {8, 2, 32, 5, 11, 0.18f},
+                        {2, 2, 128, 20, 0, 0.09f},
+                        {6, 3, 48, 9, 2, 0.14f},
+                        {4, 1, 16, 33, 0, 6.0f},
                         // groups of 6 (heads in blocks of 4 + 2), 8 (4 + 4) and 3 (2 + 1); hd 128 with 4 heads
-                        {12, 2, 32, 7, 3, 0.2f},  {8, 1, 16, 5, 0, 0.3f},  {3, 1, 32, 6, 1, 0.2f}, {8, 2, 128, 4, 2, 0.09f}};
+                        {12, 2, 32, 7, 3, 0.2f},
+                        {8, 1, 16, 5, 0, 0.3f},
+                        {3, 1, 32, 6, 1, 0.2f},
+                        {8, 2, 128, 4, 2, 0.09f}};
   for (const Case& cs : cases) {
     const int64_t n = cs.p0 + cs.T, stride = cs.kvh * cs.hd, qd = cs.heads * cs.hd;
     auto rnd = [&](size_t m) {
@@ -480,8 +489,8 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
     std::vector<float> dq_ref(cs.T * qd), dk_ref = dk0, dv_ref = dv0, scores(n);
     for (int64_t t = 0; t < cs.T; ++t)
       detail::kOpsBackwardScalar.attention(&dq_ref[t * qd], dk_ref.data(), dv_ref.data(), &dout[t * qd], &q[t * qd],
-                                           k.data(), v.data(), cs.p0 + t + 1, stride, cs.heads, cs.kvh, cs.hd,
-                                           cs.scale, scores.data());
+                                           k.data(), v.data(), cs.p0 + t + 1, stride, cs.heads, cs.kvh, cs.hd, cs.scale,
+                                           scores.data());
     for (const auto* tab : tables) {
       std::vector<float> dq(cs.T * qd, 5.0f), dk = dk0, dv = dv0;
       for (int64_t g = 0; g < cs.kvh; ++g)
@@ -546,10 +555,10 @@ TEST(OpsBackwardBackends, Avx512BuildMatchesScalarBuild) {
     const auto q = rnd(heads * hd), k = rnd(npos * stride), v = rnd(npos * stride), dout = rnd(heads * hd);
     std::vector<float> dq1(heads * hd), dq2(heads * hd), sc(npos);
     auto dk1 = rnd(npos * stride), dk2 = dk1, dv1 = rnd(npos * stride), dv2 = dv1;
-    a.attention(dq1.data(), dk1.data(), dv1.data(), dout.data(), q.data(), k.data(), v.data(), npos, stride, heads,
-                kvh, hd, 0.25f, sc.data());
-    b.attention(dq2.data(), dk2.data(), dv2.data(), dout.data(), q.data(), k.data(), v.data(), npos, stride, heads,
-                kvh, hd, 0.25f, sc.data());
+    a.attention(dq1.data(), dk1.data(), dv1.data(), dout.data(), q.data(), k.data(), v.data(), npos, stride, heads, kvh,
+                hd, 0.25f, sc.data());
+    b.attention(dq2.data(), dk2.data(), dv2.data(), dout.data(), q.data(), k.data(), v.data(), npos, stride, heads, kvh,
+                hd, 0.25f, sc.data());
     same(dq1, dq2, "attention dq");
     same(dk1, dk2, "attention dk");
     same(dv1, dv2, "attention dv");
@@ -568,7 +577,8 @@ TEST(OpsBackwardBackends, Avx512BuildMatchesScalarBuild) {
     same(d1, d2, "softmax");
     const auto rl = rnd(rows * E), dw = rnd(rows * K);
     std::vector<int32_t> ex(rows * K);
-    for (int64_t r = 0; r < rows; ++r) ex[r * K] = static_cast<int32_t>(r % E), ex[r * K + 1] = static_cast<int32_t>((r + 3) % E);
+    for (int64_t r = 0; r < rows; ++r)
+      ex[r * K] = static_cast<int32_t>(r % E), ex[r * K + 1] = static_cast<int32_t>((r + 3) % E);
     for (bool renorm : {false, true}) {
       std::vector<float> m1(rows * E), m2(rows * E);
       a.moe_route(m1.data(), rl.data(), ex.data(), dw.data(), rows, E, K, renorm);

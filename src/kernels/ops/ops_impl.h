@@ -76,9 +76,8 @@ void attention_head_impl(float* oh, const float* qh, const float* kg, const floa
   }
 }
 
-void attention_impl(float* out, const float* q, const float* k, const float* v, int64_t npos,
-                    int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                    float* scores) {
+void attention_impl(float* out, const float* q, const float* k, const float* v, int64_t npos, int64_t kv_stride,
+                    int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* scores) {
   const int64_t group = heads / kv_heads;
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / group;
@@ -116,8 +115,8 @@ float logsumexp_impl(const float* x, int64_t n) {
   return m + std::log(lane_tree(acc));
 }
 
-constexpr OpsKernels kOps = {rmsnorm_impl,   rope_impl,      swiglu_impl,          attention_impl,
-                             softmax_impl,   logsumexp_impl, attention_probs_impl, attention_group_impl};
+constexpr OpsKernels kOps = {rmsnorm_impl, rope_impl,      swiglu_impl,          attention_impl,
+                             softmax_impl, logsumexp_impl, attention_probs_impl, attention_group_impl};
 
 }  // namespace
 }  // namespace mxrl::detail

@@ -30,14 +30,14 @@ struct OpsBackwardKernels {
                   float eps);
   void (*rope)(float* dx, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
   void (*swiglu)(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n);
-  void (*attention)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                    const float* v, int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd,
-                    float scale, float* scores);
+  void (*attention)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                    int64_t npos, int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
+                    float* scores);
   void (*log_softmax_gather)(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
                              int64_t rows, int64_t n);
   void (*softmax)(float* dx, const float* y, const float* dy, int64_t rows, int64_t n);
-  void (*moe_route)(float* dlogits, const float* logits, const int32_t* experts, const float* dweights,
-                    int64_t rows, int64_t num_experts, int64_t k, bool renormalize);
+  void (*moe_route)(float* dlogits, const float* logits, const int32_t* experts, const float* dweights, int64_t rows,
+                    int64_t num_experts, int64_t k, bool renormalize);
   // attention_backward_group (kernels/ops/ops_backward.h).
   void (*attention_group)(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T, int64_t p0,
                           const float* k, const float* v, int64_t kv_stride, int64_t heads, int64_t kv_heads,

@@ -66,7 +66,8 @@ TEST(Ops, RmsNormMatchesDoubleReference) {
     double ss = 0;
     for (int64_t i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
     const double inv = 1 / std::sqrt(ss / dim + 1e-6);
-    for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(y[r * dim + i], w[i] * x[r * dim + i] * inv, 1e-5 * std::fabs(y[r * dim + i]) + 1e-7);
+    for (int64_t i = 0; i < dim; ++i)
+      EXPECT_NEAR(y[r * dim + i], w[i] * x[r * dim + i] * inv, 1e-5 * std::fabs(y[r * dim + i]) + 1e-7);
   }
 }
 
@@ -150,7 +151,6 @@ TEST(Ops, SwigluIsSiluTimesUp) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(h[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
 }
 
-
 // The attention of a run of tokens, one KV group at a time, on every backend,
 // equals the scalar per-token reference bit for bit: head sizes on and off the
 // 16-lane path, grouped heads, runs that start mid-sequence, and scores that
@@ -160,19 +160,30 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
   if (cpu_features().avx512) tables.push_back(&detail::kOpsAvx512);
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0, 1);
-  struct Case { int64_t heads, kvh, hd, T, p0; float scale; int special; };
-  const Case cases[] = {{4, 2, 32, 37, 0, 0.18f, 0},  {8, 2, 32, 1, 40, 0.18f, 0}, {2, 2, 128, 20, 3, 0.09f, 0},
-                        {6, 3, 48, 9, 5, 0.14f, 0},   {4, 1, 16, 33, 0, 40.0f, 0}, {4, 2, 64, 17, 1, 0.13f, 1},
-                        {4, 2, 32, 16, 16, 0.2f, 2}, {2, 1, 16, 3, 0, 0.25f, 3},
+  struct Case {
+    int64_t heads, kvh, hd, T, p0;
+    float scale;
+    int special;
+  };
+  const Case cases[] = {{4, 2, 32, 37, 0, 0.18f, 0},
+                        {8, 2, 32, 1, 40, 0.18f, 0},
+                        {2, 2, 128, 20, 3, 0.09f, 0},
+                        {6, 3, 48, 9, 5, 0.14f, 0},
+                        {4, 1, 16, 33, 0, 40.0f, 0},
+                        {4, 2, 64, 17, 1, 0.13f, 1},
+                        {4, 2, 32, 16, 16, 0.2f, 2},
+                        {2, 1, 16, 3, 0, 0.25f, 3},
                         // groups of 6 (heads in blocks of 4 + 2), 8 (4 + 4) and 3 (2 + 1); hd 128 with 4 heads
-                        {12, 2, 32, 7, 3, 0.2f, 0},  {8, 1, 16, 5, 0, 0.3f, 0},  {3, 1, 32, 6, 1, 0.2f, 1},
+                        {12, 2, 32, 7, 3, 0.2f, 0},
+                        {8, 1, 16, 5, 0, 0.3f, 0},
+                        {3, 1, 32, 6, 1, 0.2f, 1},
                         {8, 2, 128, 4, 2, 0.09f, 0}};
   for (const Case& cs : cases) {
     const int64_t n = cs.p0 + cs.T, stride = cs.kvh * cs.hd, qd = cs.heads * cs.hd;
     std::vector<float> q(cs.T * qd), k(n * stride), v(n * stride);
     for (auto* b : {&q, &k, &v})
       for (auto& x : *b) x = nd(rng);
-    if (cs.special == 1) q[qd + 5] = NAN;                // one token's head: all NaN
+    if (cs.special == 1) q[qd + 5] = NAN;               // one token's head: all NaN
     if (cs.special == 2) k[7 * stride + 3] = INFINITY;  // inf * q: +-inf scores, NaN after max-subtraction
     if (cs.special == 3) v[1 * stride] = -INFINITY;
     std::vector<float> ref(cs.T * qd), scores(n);
@@ -182,12 +193,11 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
     for (const auto* tab : tables) {
       std::vector<float> out(cs.T * qd, 7.0f);
       for (int64_t g = 0; g < cs.kvh; ++g)
-        tab->attention_group(out.data(), q.data(), cs.T, cs.p0, k.data(), v.data(), stride, cs.heads, cs.kvh, cs.hd,
-                             g, cs.scale);
+        tab->attention_group(out.data(), q.data(), cs.T, cs.p0, k.data(), v.data(), stride, cs.heads, cs.kvh, cs.hd, g,
+                             cs.scale);
       for (size_t i = 0; i < out.size(); ++i)
-        ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i]))
-            << (tab == &detail::kOpsScalar ? "scalar" : "avx512") << " hd " << cs.hd << " T " << cs.T << " p0 "
-            << cs.p0 << " at " << i;
+        ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i])) << (tab == &detail::kOpsScalar ? "scalar" : "avx512") << " hd "
+                                                      << cs.hd << " T " << cs.T << " p0 " << cs.p0 << " at " << i;
     }
   }
 }
@@ -197,9 +207,28 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
 // NaN (payload and sign kept) and infinities, and a sweep of every exponent.
 TEST(OpsBackends, Exp16EqualsExpF) {
   if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283935546875f, 88.7228f, 88.73f, -103.972084045410f,
-                          -103.97f, -103.98f, -87.3f, -88.0f, -100.0f, 87.5f, 88.5f, INFINITY, -INFINITY, NAN,
-                          -NAN, 1e-30f, -1e-30f, 1e-45f};
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          88.72283935546875f,
+                          88.7228f,
+                          88.73f,
+                          -103.972084045410f,
+                          -103.97f,
+                          -103.98f,
+                          -87.3f,
+                          -88.0f,
+                          -100.0f,
+                          87.5f,
+                          88.5f,
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          -NAN,
+                          1e-30f,
+                          -1e-30f,
+                          1e-45f};
   uint32_t nan_payload = 0x7FA00001u;  // a signalling NaN: returned as is, as the scalar does
   float snan;
   std::memcpy(&snan, &nan_payload, 4);
@@ -246,7 +275,8 @@ TEST(OpsBackends, Avx512BuildMatchesScalarBuild) {
     for (auto& v : g) v *= 10;  // reach exp_f's range limits
     a.swiglu(y1.data(), g.data(), u.data(), dim);
     b.swiglu(y2.data(), g.data(), u.data(), dim);
-    EXPECT_TRUE(same(std::vector<float>(y1.begin(), y1.begin() + dim), std::vector<float>(y2.begin(), y2.begin() + dim)))
+    EXPECT_TRUE(
+        same(std::vector<float>(y1.begin(), y1.begin() + dim), std::vector<float>(y2.begin(), y2.begin() + dim)))
         << "swiglu " << trial;
     auto r1 = x, r2 = x;
     const auto c = rnd(16), s = rnd(16);

@@ -30,8 +30,10 @@ void transpose(const float* in, int64_t rows, int64_t cols, int64_t rows_padded,
         const int64_t nr = std::min(T, rows - r0);
         const float* src = in + r0 * cols + c0;
         float* dst = out + c0 * rows_padded + r0;
-        if (nr == T && nc == T) k.tile16(src, cols, dst, rows_padded);
-        else tile_scalar(src, cols, nr, nc, dst, rows_padded);
+        if (nr == T && nc == T)
+          k.tile16(src, cols, dst, rows_padded);
+        else
+          tile_scalar(src, cols, nr, nc, dst, rows_padded);
       }
       for (int64_t c = c0; c < c0 + nc; ++c) std::fill(out + c * rows_padded + rows, out + (c + 1) * rows_padded, 0.0f);
     }

@@ -19,7 +19,9 @@ TEST(Transpose, EveryBackendMatchesTheDefinitionBitwise) {
   if (cpu_features().avx512) backends.push_back(Backend::Avx512);
   ThreadPool pool(3);
   std::mt19937 rng(3);
-  struct Shape { int64_t rows, cols, pad; };
+  struct Shape {
+    int64_t rows, cols, pad;
+  };
   for (const Shape s : {Shape{1, 1, 1}, Shape{16, 16, 16}, Shape{17, 33, 32}, Shape{40, 16, 64}, Shape{64, 48, 64},
                         Shape{100, 7, 128}, Shape{5, 200, 32}, Shape{129, 257, 160}}) {
     std::vector<float> in(s.rows * s.cols);
