@@ -154,7 +154,7 @@ struct DecodeResult {
 };
 }  // namespace
 
-void run_decode(const DecodeOptions& a) {
+void bench_decode(const BenchDecodeOptions& a) {
   // Everything that can be refused is refused before the slow parts.
   const ModelConfig cfg = shape_config(a.shape, builtin_char_tokenizer().vocab_size());
   std::vector<PrecisionPlan> plans;

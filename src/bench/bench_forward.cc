@@ -15,7 +15,7 @@
 
 namespace mxrl {
 
-void run_forward(const ForwardOptions& a) {
+void bench_forward(const BenchForwardOptions& a) {
   ThreadPool pool(a.threads);
   const int64_t vocab = builtin_char_tokenizer().vocab_size();
   ParamTable params(preset_config(a.preset, vocab));

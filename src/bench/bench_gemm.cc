@@ -76,7 +76,7 @@ struct Row {
 
 }  // namespace
 
-void run_gemm(const GemmOptions& a) {
+void bench_gemm(const BenchGemmOptions& a) {
   const PairKernel pair_kernel = resolve_pair_kernel(a.pair_kernel);
   // The AMX columns: where it runs and is not already what the bf16 / mxfp8 columns use.
   const bool amx_cols = detail::amx_available() && pair_kernel != PairKernel::Amx;

@@ -28,7 +28,7 @@ struct Result {
 };
 }  // namespace
 
-void run_quantize(const QuantizeOptions& a) {
+void bench_quantize(const BenchQuantizeOptions& a) {
   ThreadPool pool(a.threads);
   const auto elem = *elem_from_name(a.elem);
   const int64_t cols = 4096, rows = std::max<int64_t>(32, int64_t(a.size_mib) * (1 << 20) / 4 / cols / 32 * 32);

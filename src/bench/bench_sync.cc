@@ -84,7 +84,7 @@ void serve(const MpiComm& c) {
 
 }  // namespace
 
-void run_sync(const SyncOptions& a) {
+void bench_sync(const BenchSyncOptions& a) {
   MpiSession session(nullptr, nullptr);
   if (session.size() != 2) fail("bench sync needs 2 MPI ranks (sender and receiver): mpirun -np 2 mxrl bench sync");
   const MpiComm c(MPI_COMM_WORLD);

@@ -14,7 +14,7 @@
 
 namespace mxrl {
 
-void run_train(TrainOptions a) {
+void bench_train(BenchTrainOptions a) {
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   a.cfg.budgets = a.sweep ? a.budgets : std::vector<int64_t>{a.micro_batch_tokens};

@@ -14,7 +14,7 @@ namespace mxrl {
 namespace {
 
 void add_bench_quantize(CLI::App* bench) {
-  auto a = std::make_shared<QuantizeOptions>();
+  auto a = std::make_shared<BenchQuantizeOptions>();
   auto* q = bench->add_subcommand("quantize", "MX quantize/dequantize GB/s beside memcpy of the same bytes");
   q->add_option("--threads", a->threads, "Worker threads (0: all cores)")->check(non_negative())->capture_default_str();
   q->add_flag("--json", a->json, "Print one JSON object (last line) instead of a table");
@@ -25,11 +25,11 @@ void add_bench_quantize(CLI::App* bench) {
   q->add_option("--min-time", a->min_time, "Minimum seconds per measurement")
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
-  q->callback([a] { run_quantize(*a); });
+  q->callback([a] { bench_quantize(*a); });
 }
 
 void add_bench_gemm(CLI::App* bench) {
-  auto a = std::make_shared<GemmOptions>();
+  auto a = std::make_shared<BenchGemmOptions>();
   auto kernels = std::make_shared<std::string>("auto");
   auto* g =
       bench->add_subcommand("gemm", "GEMM GFLOP/s (BF16, MXFP8, FP32 weights) beside oneDNN BF16 and FP32 matmul");
@@ -42,12 +42,12 @@ void add_bench_gemm(CLI::App* bench) {
       ->capture_default_str();
   g->callback([a, kernels] {
     a->pair_kernel = pair_kernel_from_name(*kernels);
-    run_gemm(*a);
+    bench_gemm(*a);
   });
 }
 
 void add_bench_forward(CLI::App* bench) {
-  auto a = std::make_shared<ForwardOptions>();
+  auto a = std::make_shared<BenchForwardOptions>();
   auto* c = bench->add_subcommand("forward", "Forward (prefill) tokens/s of a preset model under several plans");
   c->add_option("--preset", a->preset, "Preset model")->check(CLI::IsMember(preset_names()))->capture_default_str();
   c->add_option("--plans", a->plans, "Plans to compare (the first is the baseline)")->capture_default_str();
@@ -55,11 +55,11 @@ void add_bench_forward(CLI::App* bench) {
   c->add_option("--seq-len", a->seq_len, "Tokens per sequence")->check(CLI::Range(2, 1024))->capture_default_str();
   add_threads_option(c, &a->threads);
   c->add_flag("--json", a->json, "One JSON object on the last line");
-  c->callback([a] { run_forward(*a); });
+  c->callback([a] { bench_forward(*a); });
 }
 
 void add_bench_decode(CLI::App* bench) {
-  auto a = std::make_shared<DecodeOptions>();
+  auto a = std::make_shared<BenchDecodeOptions>();
   auto kernels = std::make_shared<std::string>("auto");
   auto* c = bench->add_subcommand("decode", "Prefill and decode tokens/s, and decode memory bandwidth beside memcpy");
   c->add_option("--shape", a->shape,
@@ -87,12 +87,12 @@ void add_bench_decode(CLI::App* bench) {
   c->add_flag("--json", a->json, "One JSON object on the last line");
   c->callback([a, kernels] {
     a->pair_kernel = pair_kernel_from_name(*kernels);
-    run_decode(*a);
+    bench_decode(*a);
   });
 }
 
 void add_bench_train(CLI::App* bench) {
-  auto a = std::make_shared<TrainOptions>();
+  auto a = std::make_shared<BenchTrainOptions>();
   auto kernels = std::make_shared<std::string>("auto");
   auto* c = bench->add_subcommand(
       "train", "Training tokens/s per recipe, split by phase; --sweep fits the per-micro-batch and per-token costs");
@@ -113,12 +113,12 @@ void add_bench_train(CLI::App* bench) {
   add_kernels_option(c, kernels.get());
   c->callback([a, kernels] {
     a->pair_kernel = pair_kernel_from_name(*kernels);
-    run_train(*a);
+    bench_train(*a);
   });
 }
 
 void add_bench_sync(CLI::App* bench) {
-  auto a = std::make_shared<SyncOptions>();
+  auto a = std::make_shared<BenchSyncOptions>();
   auto* c = bench->add_subcommand(
       "sync", "Weight-sync bytes and time over MPI (mxfp8 vs bf16 sampler) beside raw MPI bandwidth: mpirun -np 2");
   c->add_option("--shapes", a->shapes, "Model shapes (tiny-dense, tiny-moe, qwen3-0.6b)")->capture_default_str();
@@ -129,7 +129,7 @@ void add_bench_sync(CLI::App* bench) {
   c->add_option("--threads", a->threads, "Worker threads for building the bundles (0: all cores)")
       ->check(non_negative());
   c->add_flag("--json", a->json, "Also print one JSON object (last line)");
-  c->callback([a] { run_sync(*a); });
+  c->callback([a] { bench_sync(*a); });
 }
 
 }  // namespace

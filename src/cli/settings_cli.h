@@ -27,22 +27,27 @@ inline CLI::Validator in_range(double lo, double hi) { return within(SettingBoun
 // (which must outlive the parse).
 template <class C>
 void add_options(CLI::App* c, C& cfg, const SettingsTable<C>& t) {
-  using SettingKind;
   for (const SettingsField<C>& f : t) {
     if (f.flag.empty()) continue;
     const std::string flag = "--" + f.flag;
     CLI::Option* o = nullptr;
     switch (f.kind) {
-      case Kind::Int: o = c->add_option(flag, f.template at<int64_t>(cfg), f.help)->capture_default_str(); break;
-      case Kind::UInt: o = c->add_option(flag, f.template at<uint64_t>(cfg), f.help)->capture_default_str(); break;
-      case Kind::Double: o = c->add_option(flag, f.template at<double>(cfg), f.help)->capture_default_str(); break;
-      case Kind::Float: o = c->add_option(flag, f.template at<float>(cfg), f.help)->capture_default_str(); break;
-      case Kind::Bool: o = c->add_flag(flag, f.template at<bool>(cfg), f.help); break;
-      case Kind::String: o = c->add_option(flag, f.template at<std::string>(cfg), f.help)->capture_default_str(); break;
-      case Kind::Strings:
+      case SettingKind::Int: o = c->add_option(flag, f.template at<int64_t>(cfg), f.help)->capture_default_str(); break;
+      case SettingKind::UInt:
+        o = c->add_option(flag, f.template at<uint64_t>(cfg), f.help)->capture_default_str();
+        break;
+      case SettingKind::Double:
+        o = c->add_option(flag, f.template at<double>(cfg), f.help)->capture_default_str();
+        break;
+      case SettingKind::Float: o = c->add_option(flag, f.template at<float>(cfg), f.help)->capture_default_str(); break;
+      case SettingKind::Bool: o = c->add_flag(flag, f.template at<bool>(cfg), f.help); break;
+      case SettingKind::String:
+        o = c->add_option(flag, f.template at<std::string>(cfg), f.help)->capture_default_str();
+        break;
+      case SettingKind::Strings:
         o = c->add_option(flag, f.template at<std::vector<std::string>>(cfg), f.help)->take_all();
         break;
-      case Kind::Enum:
+      case SettingKind::Enum:
         o = c->add_option_function<std::string>(
                  flag, [&cfg, f](const std::string& s) { f.set_name(cfg, s); }, f.help)
                 ->check(CLI::IsMember(f.names))

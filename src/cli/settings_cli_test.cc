@@ -32,15 +32,14 @@ struct Cfg {
 };
 
 const SettingsTable<Cfg>& cfg_fields() {
-  using setting_field;
   static const SettingsTable<Cfg> t = {
-      field<Cfg>("steps", "Steps", &Cfg::steps).min(1),
-      field<Cfg>("lr", "Learning rate", &Cfg::lr).above(0),
-      field<Cfg>("ratio", "Ratio", &Cfg::ratio).range(0, 1),
-      field<Cfg>("hybrid", "Hybrid", &Cfg::hybrid),
+      setting_field<Cfg>("steps", "Steps", &Cfg::steps).min(1),
+      setting_field<Cfg>("lr", "Learning rate", &Cfg::lr).above(0),
+      setting_field<Cfg>("ratio", "Ratio", &Cfg::ratio).range(0, 1),
+      setting_field<Cfg>("hybrid", "Hybrid", &Cfg::hybrid),
       setting_enum_field<Cfg>("mode", "Mode", &Cfg::mode, std::vector<Mode>{Mode::Fast, Mode::Slow}, mode_name),
-      field<Cfg>("inject", "Faults", &Cfg::inject),
-      field<Cfg>("hidden", "No option", &Cfg::hidden).no_cli(),
+      setting_field<Cfg>("inject", "Faults", &Cfg::inject),
+      setting_field<Cfg>("hidden", "No option", &Cfg::hidden).no_cli(),
   };
   return t;
 }

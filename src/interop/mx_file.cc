@@ -9,6 +9,7 @@
 #include "io/elem_dtype.h"
 #include "io/safetensors.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace mxrl {
 
@@ -18,12 +19,6 @@ constexpr const char* kScaleSuffix = "_scale";
 bool is_scale_name(const std::string& n) {
   const size_t k = std::strlen(kScaleSuffix);
   return n.size() > k && n.compare(n.size() - k, k, kScaleSuffix) == 0;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
 }
 
 // rows x cols view of a tensor for the given axis, or an error naming it.

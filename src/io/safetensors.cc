@@ -16,6 +16,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace mxrl {
 namespace {
@@ -67,8 +68,6 @@ std::string show(std::string_view s) {
   }
   return out + (s.size() > 200 ? "...'" : "'");
 }
-
-std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // Byte size of a tensor, or nullopt if numel * dtype size does not fit in an
 // int64 (shape entries must already be non-negative).

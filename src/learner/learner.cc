@@ -14,27 +14,27 @@
 namespace mxrl {
 
 const SettingsTable<LearnerConfig>& learner_fields() {
-  using setting_field;
   using L = LearnerConfig;
   static const SettingsTable<L> t = [] {
     SettingsTable<L> t = {
-        field<L>("micro_batch_tokens", "Token budget of a micro-batch (sequences are packed)", &L::micro_batch_tokens)
+        setting_field<L>("micro_batch_tokens", "Token budget of a micro-batch (sequences are packed)",
+                         &L::micro_batch_tokens)
             .min(1),
-        field<L>(
+        setting_field<L>(
             "recipe.plan", "bf16, mxfp8 (or fp32, mxfp8-half, a plan .toml)",
             [](L & l) -> auto& { return l.recipe.plan; })
             .cli("recipe"),
-        field<L>(
+        setting_field<L>(
             "recipe.hybrid", "MXFP8: E5M2 gradients (HYBRID)", [](L & l) -> auto& { return l.recipe.hybrid; }),
-        field<L>(
+        setting_field<L>(
             "recipe.floor", "MXFP8: floor scale rule instead of rceil", [](L & l) -> auto& { return l.recipe.floor; }),
-        field<L>(
+        setting_field<L>(
             "recipe.requant_every_microbatch",
             "Remake the weight quantizations every micro-batch (to measure their cost)",
             [](L & l) -> auto& { return l.recipe.requant_every_microbatch; }),
     };
     for (auto& f : setting_nest<L>(optim_fields(), &L::optim, "optim.")) t.push_back(std::move(f));
-    t.push_back(field<L>("aux_loss_coef", "MoE load-balancing loss coefficient", &L::aux_loss_coef));
+    t.push_back(setting_field<L>("aux_loss_coef", "MoE load-balancing loss coefficient", &L::aux_loss_coef));
     return t;
   }();
   return t;

@@ -25,21 +25,22 @@ const char* schedule_name(LrSchedule s) { return s == LrSchedule::Cosine ? "cosi
 }  // namespace
 
 const SettingsTable<OptimConfig>& optim_fields() {
-  using setting_field;
   using O = OptimConfig;
   static const SettingsTable<O> t = [] {
     SettingsTable<O> t = {
-        field<O>("lr", "Peak learning rate", &O::lr).above(0),
-        field<O>("warmup_steps", "Linear warmup steps", &O::warmup_steps).min(0).cli("warmup"),
+        setting_field<O>("lr", "Peak learning rate", &O::lr).above(0),
+        setting_field<O>("warmup_steps", "Linear warmup steps", &O::warmup_steps).min(0).cli("warmup"),
         setting_enum_field<O>("schedule", "Learning-rate schedule after the warmup", &O::schedule,
                               std::vector<LrSchedule>{LrSchedule::Constant, LrSchedule::Cosine}, schedule_name),
-        field<O>("min_lr_ratio", "Cosine floor as a fraction of --lr", &O::min_lr_ratio).range(0, 1),
-        field<O>("weight_decay", "AdamW decoupled weight decay (linears, embeddings)", &O::weight_decay).min(0),
-        field<O>("clip_norm", "Gradient clipping by global norm (0: off)", &O::clip_norm).cli("clip"),
-        field<O>("beta1", "AdamW beta1 (momentum)", &O::beta1).min(0).below(1),
-        field<O>("beta2", "AdamW beta2", &O::beta2).min(0).below(1),
-        field<O>("eps", "AdamW epsilon", &O::eps).above(0).no_cli(),
-        field<O>("total_steps", "Cosine: the step at which lr reaches its floor", &O::total_steps).min(0).no_cli(),
+        setting_field<O>("min_lr_ratio", "Cosine floor as a fraction of --lr", &O::min_lr_ratio).range(0, 1),
+        setting_field<O>("weight_decay", "AdamW decoupled weight decay (linears, embeddings)", &O::weight_decay).min(0),
+        setting_field<O>("clip_norm", "Gradient clipping by global norm (0: off)", &O::clip_norm).cli("clip"),
+        setting_field<O>("beta1", "AdamW beta1 (momentum)", &O::beta1).min(0).below(1),
+        setting_field<O>("beta2", "AdamW beta2", &O::beta2).min(0).below(1),
+        setting_field<O>("eps", "AdamW epsilon", &O::eps).above(0).no_cli(),
+        setting_field<O>("total_steps", "Cosine: the step at which lr reaches its floor", &O::total_steps)
+            .min(0)
+            .no_cli(),
     };
     for (auto& f : t) f.optional_key();  // from_json: a missing key keeps the default
     return t;

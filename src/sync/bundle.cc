@@ -15,6 +15,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/json_read.h"
+#include "util/text.h"
 
 namespace mxrl {
 
@@ -44,8 +45,6 @@ std::string one_line(std::string_view s) {
   }
   return out;
 }
-
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 // ---- building bundles ----
 

@@ -30,76 +30,87 @@ constexpr const char* kPendingRollout = "pending_rollout.bin";
 // ---- settings ----
 
 const SettingsTable<RlConfig>& rl_fields() {
-  using setting_enum_field;
-  using setting_field;
   using R = RlConfig;
   static const SettingsTable<R> t = [] {
     auto loss = [](auto member) {
       return [member](R & c) -> auto& { return c.loss.*member; };
     };
     SettingsTable<R> t = {
-        field<R>("task", "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)", &R::task),
-        field<R>("steps", "RL steps (each: generate, score, update, sync)", &R::steps).min(1),
-        field<R>("prompts_per_step", "Prompts per step (P)", &R::prompts_per_step).min(1),
-        field<R>("samples_per_prompt", "Samples per prompt (G)", &R::samples_per_prompt).min(1),
-        field<R>("max_new_tokens", "Generation limit (0: longest answer + 8)", &R::max_new_tokens).min(0),
-        field<R>("temperature", "Sampling temperature (the learner scores at the same one)", &R::temperature).above(0),
-        field<R>("seed", "Problem stream and sampling seed", &R::seed),
-        enum_field<R>("adv_norm", "Advantage: std ((r - mean) / (std + eps)) or none (r - mean, Dr. GRPO)",
-                      &R::adv_norm, std::vector<AdvNorm>{AdvNorm::Std, AdvNorm::None},
-                      [](AdvNorm v) { return name(v); }),
-        field<R>("adv_eps", "eps of the advantage normalisation", &R::adv_eps).min(0),
-        field<R>("clip_low", "PPO clip: ratio >= 1 - clip_low", loss(&PolicyLossConfig::clip_low)).min(0).below(1),
-        field<R>("clip_high", "PPO clip: ratio <= 1 + clip_high", loss(&PolicyLossConfig::clip_high)).min(0),
-        enum_field<R>("loss_agg", "token-mean, seq-mean-token-sum or seq-mean-token-mean", loss(&PolicyLossConfig::agg),
-                      std::vector<LossAgg>{LossAgg::TokenMean, LossAgg::SeqMeanTokenSum, LossAgg::SeqMeanTokenMean},
-                      [](LossAgg v) { return name(v); }),
-        enum_field<R>(
+        setting_field<R>("task", "Built-in task (addition[:digits=D,carry_drop=P], multiplication, sort, countdown)",
+                         &R::task),
+        setting_field<R>("steps", "RL steps (each: generate, score, update, sync)", &R::steps).min(1),
+        setting_field<R>("prompts_per_step", "Prompts per step (P)", &R::prompts_per_step).min(1),
+        setting_field<R>("samples_per_prompt", "Samples per prompt (G)", &R::samples_per_prompt).min(1),
+        setting_field<R>("max_new_tokens", "Generation limit (0: longest answer + 8)", &R::max_new_tokens).min(0),
+        setting_field<R>("temperature", "Sampling temperature (the learner scores at the same one)", &R::temperature)
+            .above(0),
+        setting_field<R>("seed", "Problem stream and sampling seed", &R::seed),
+        setting_enum_field<R>("adv_norm", "Advantage: std ((r - mean) / (std + eps)) or none (r - mean, Dr. GRPO)",
+                              &R::adv_norm, std::vector<AdvNorm>{AdvNorm::Std, AdvNorm::None},
+                              [](AdvNorm v) { return name(v); }),
+        setting_field<R>("adv_eps", "eps of the advantage normalisation", &R::adv_eps).min(0),
+        setting_field<R>("clip_low", "PPO clip: ratio >= 1 - clip_low", loss(&PolicyLossConfig::clip_low))
+            .min(0)
+            .below(1),
+        setting_field<R>("clip_high", "PPO clip: ratio <= 1 + clip_high", loss(&PolicyLossConfig::clip_high)).min(0),
+        setting_enum_field<R>(
+            "loss_agg", "token-mean, seq-mean-token-sum or seq-mean-token-mean", loss(&PolicyLossConfig::agg),
+            std::vector<LossAgg>{LossAgg::TokenMean, LossAgg::SeqMeanTokenSum, LossAgg::SeqMeanTokenMean},
+            [](LossAgg v) { return name(v); }),
+        setting_enum_field<R>(
             "rollout_correction", "none, tis (truncated importance weights) or mis (masking)",
             loss(&PolicyLossConfig::correction),
             std::vector<RolloutCorrection>{RolloutCorrection::None, RolloutCorrection::TIS, RolloutCorrection::MIS},
             [](RolloutCorrection v) { return name(v); }),
-        field<R>("correction_cap", "C of TIS / MIS", loss(&PolicyLossConfig::cap)).min(1),
-        field<R>("updates_per_batch", "Mini-batch updates per step (K)", &R::updates_per_batch).min(1),
-        field<R>("sampler_plan",
-                 "The sampler's precision plan (default: the recipe's): bf16, mxfp8, mxfp8-half, mxfp8-floor, "
-                 "fp8-block128, +fp8kv, a .toml",
-                 &R::sampler_plan),
-        enum_field<R>("sync",
-                      "ship (the learner's forward weights, byte for byte) or requantize (BF16 copies, quantized by "
-                      "the sampler)",
-                      &R::sync, std::vector<SyncMode>{SyncMode::Ship, SyncMode::Requantize}, sync_mode_name),
-        enum_field<R>("checks", "stop (a failed check ends the run), warn, or off", &R::checks,
-                      std::vector<CheckMode>{CheckMode::Stop, CheckMode::Warn, CheckMode::Off}, check_mode_name),
+        setting_field<R>("correction_cap", "C of TIS / MIS", loss(&PolicyLossConfig::cap)).min(1),
+        setting_field<R>("updates_per_batch", "Mini-batch updates per step (K)", &R::updates_per_batch).min(1),
+        setting_field<R>("sampler_plan",
+                         "The sampler's precision plan (default: the recipe's): bf16, mxfp8, mxfp8-half, mxfp8-floor, "
+                         "fp8-block128, +fp8kv, a .toml",
+                         &R::sampler_plan),
+        setting_enum_field<R>(
+            "sync",
+            "ship (the learner's forward weights, byte for byte) or requantize (BF16 copies, quantized by "
+            "the sampler)",
+            &R::sync, std::vector<SyncMode>{SyncMode::Ship, SyncMode::Requantize}, sync_mode_name),
+        setting_enum_field<R>("checks", "stop (a failed check ends the run), warn, or off", &R::checks,
+                              std::vector<CheckMode>{CheckMode::Stop, CheckMode::Warn, CheckMode::Off},
+                              check_mode_name),
         // Optional (states saved before fault injection existed have none).
-        field<R>("inject",
-                 "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
-                 "See `mxrl faults --list`",
-                 &R::inject)
+        setting_field<R>("inject",
+                         "Inject a sync fault, NAME or NAME@STEP (from the sync that ends step STEP; repeatable). "
+                         "See `mxrl faults --list`",
+                         &R::inject)
             .optional_key(),
-        field<R>("agreement_every", "Run the agreement check on every Nth version (0: never)", &R::agreement_every)
+        setting_field<R>("agreement_every", "Run the agreement check on every Nth version (0: never)",
+                         &R::agreement_every)
             .min(0),
-        field<R>("agreement_max_kl", "Agreement bound when the plans differ: mean exact KL per token",
-                 &R::agreement_max_kl)
+        setting_field<R>("agreement_max_kl", "Agreement bound when the plans differ: mean exact KL per token",
+                         &R::agreement_max_kl)
             .min(0),
-        field<R>("agreement_max_abs_dlogp", "Agreement bound when the plans differ: max |dlogp|",
-                 &R::agreement_max_abs_dlogp)
+        setting_field<R>("agreement_max_abs_dlogp", "Agreement bound when the plans differ: max |dlogp|",
+                         &R::agreement_max_abs_dlogp)
             .min(0),
-        field<R>("probe_prompts", "Held-out prompts (with answers) in the agreement probe", &R::probe_prompts).min(0),
+        setting_field<R>("probe_prompts", "Held-out prompts (with answers) in the agreement probe", &R::probe_prompts)
+            .min(0),
         // Optional (states saved before the distributed runtime were on-policy, 1 MiB chunks).
-        field<R>("off_policy",
-                 "0: on-policy; 1: the samplers generate step t+1 under version t while the learner trains step t "
-                 "(staleness beyond it is refused)",
-                 &R::off_policy)
+        setting_field<R>(
+            "off_policy",
+            "0: on-policy; 1: the samplers generate step t+1 under version t while the learner trains step t "
+            "(staleness beyond it is refused)",
+            &R::off_policy)
             .range(0, 1)
             .optional_key(),
-        field<R>("sync_chunk_bytes", "Payload bytes per chunk of a weight sync on the wire", &R::sync_chunk_bytes)
+        setting_field<R>("sync_chunk_bytes", "Payload bytes per chunk of a weight sync on the wire",
+                         &R::sync_chunk_bytes)
             .range(1, static_cast<double>(int64_t{1} << 40))
             .optional_key(),
-        field<R>("eval_every", "Steps between held-out greedy evaluations (0: before and after only)", &R::eval_every)
+        setting_field<R>("eval_every", "Steps between held-out greedy evaluations (0: before and after only)",
+                         &R::eval_every)
             .min(0),
-        field<R>("eval_problems", "Held-out problems per evaluation", &R::eval_problems).min(0),
-        field<R>("save_every", "Keep a training-state directory every K steps (0: only final)", &R::save_every).min(0),
+        setting_field<R>("eval_problems", "Held-out problems per evaluation", &R::eval_problems).min(0),
+        setting_field<R>("save_every", "Keep a training-state directory every K steps (0: only final)", &R::save_every)
+            .min(0),
     };
     for (auto& f : setting_nest<R>(learner_fields(), &R::learner, "")) t.push_back(std::move(f));
     setting_find_field(t, "optim.lr")->help =

@@ -21,25 +21,26 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const SettingsTable<SftConfig>& sft_fields() {
-  using setting_field;
   using S = SftConfig;
   static const SettingsTable<S> t = [] {
     SettingsTable<S> t = {
-        field<S>("task",
-                 "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], "
-                 "sort[:len=L,max=M], countdown[:count=C,max=M]",
-                 &S::task),
-        field<S>("steps", "Optimizer steps", &S::steps).min(1),
-        field<S>("batch_size", "Sequences per optimizer step", &S::batch_size).min(1),
+        setting_field<S>("task",
+                         "Built-in task: addition[:digits=D,carry_drop=P], multiplication[:digits=D], "
+                         "sort[:len=L,max=M], countdown[:count=C,max=M]",
+                         &S::task),
+        setting_field<S>("steps", "Optimizer steps", &S::steps).min(1),
+        setting_field<S>("batch_size", "Sequences per optimizer step", &S::batch_size).min(1),
     };
     for (auto& f : setting_nest<S>(learner_fields(), &S::learner, "")) t.push_back(std::move(f));
     for (auto f : {
-             field<S>("eval_every", "Steps between evaluations (0: only at the end)", &S::eval_every).min(0),
-             field<S>("eval_problems", "Held-out problems per evaluation", &S::eval_problems).min(0),
-             field<S>("max_new_tokens", "Generation limit at evaluation (0: longest answer + 8)", &S::max_new_tokens)
+             setting_field<S>("eval_every", "Steps between evaluations (0: only at the end)", &S::eval_every).min(0),
+             setting_field<S>("eval_problems", "Held-out problems per evaluation", &S::eval_problems).min(0),
+             setting_field<S>("max_new_tokens", "Generation limit at evaluation (0: longest answer + 8)",
+                              &S::max_new_tokens)
                  .min(0),
-             field<S>("seed", "Problem stream seed", &S::seed),
-             field<S>("save_every", "Keep a training-state directory every K steps (0: only final)", &S::save_every)
+             setting_field<S>("seed", "Problem stream seed", &S::seed),
+             setting_field<S>("save_every", "Keep a training-state directory every K steps (0: only final)",
+                              &S::save_every)
                  .min(0),
          })
       t.push_back(std::move(f));
