@@ -115,7 +115,7 @@ struct PySampler {
   bool prefix_sharing;
 };
 
-nb::list generate(const PySampler& s, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
+nb::list py_generate(const PySampler& s, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
                   int64_t max_new_tokens, float temperature, float top_p, int64_t top_k, uint64_t seed,
                   std::optional<std::vector<int64_t>> stop_tokens) {
   GenerateOptions o;
@@ -196,7 +196,7 @@ batching.)doc")
       .def(nb::init<PyModel, int64_t, bool>(), nb::arg("model"),
            nb::arg("kv_budget") = EngineOptions{}.kv_budget_tokens, nb::arg("prefix_sharing") = true,
            "``kv_budget``: KV cache positions reserved at once; results do not depend on it or on prefix sharing.")
-      .def("generate", &generate, nb::arg("prompts"), nb::arg("n") = 1, nb::arg("max_new_tokens") = 64,
+      .def("generate", &py_generate, nb::arg("prompts"), nb::arg("n") = 1, nb::arg("max_new_tokens") = 64,
            nb::arg("temperature") = 1.0f, nb::arg("top_p") = 1.0f, nb::arg("top_k") = 0, nb::arg("seed") = 0,
            nb::arg("stop_tokens") = nb::none(),
            R"doc(Sample ``n`` completions of each prompt (lists of token ids). Returns, per prompt, a list of

@@ -187,7 +187,7 @@ std::pair<int64_t, int64_t> fp8_view(const std::vector<int64_t>& shape, const ch
   return {rows, shape.back()};
 }
 
-nb::tuple fp8_quantize(AnyArray x, const GridSpec& grid, const std::string& elem, int threads) {
+nb::tuple py_fp8_quantize(AnyArray x, const GridSpec& grid, const std::string& elem, int threads) {
   const InType in = float_input(x, "x", "fp8_quantize");
   require_contiguous(x, "x");
   const ElemType e = parse_elem(elem, true);
@@ -207,7 +207,7 @@ nb::tuple fp8_quantize(AnyArray x, const GridSpec& grid, const std::string& elem
   return nb::make_tuple(c, s);
 }
 
-nb::ndarray<nb::numpy, float> fp8_dequantize(AnyArray codes, AnyArray scales, const GridSpec& grid,
+nb::ndarray<nb::numpy, float> py_fp8_dequantize(AnyArray codes, AnyArray scales, const GridSpec& grid,
                                              const std::string& elem, int threads) {
   const ElemType e = parse_elem(elem, true);
   require_bytes(codes, "codes", e == ElemType::E4M3 ? kDLFloat8E4M3FN : kDLFloat8E5M2,
@@ -292,7 +292,7 @@ one FP32 rounding; a 0xFF (NaN) scale gives NaN.
 codes, scales: uint8 arrays as ``quantize`` returns them (or float8 through DLPack).
 out: optional float32 array of codes' shape, written in place (e.g. a torch
   tensor) and returned; otherwise a new numpy array is returned.)doc");
-  m.def("fp8_quantize", &fp8_quantize, nb::arg("x"), nb::arg("grid") = "per-tensor", nb::arg("elem") = "e4m3",
+  m.def("fp8_quantize", &py_fp8_quantize, nb::arg("x"), nb::arg("grid") = "per-tensor", nb::arg("elem") = "e4m3",
         nb::arg("threads") = 0,
         R"doc(Quantize ``x`` onto an FP8 grid other rollout engines use: one FP32 scale per group,
 scale = fp32(amax / max_normal), code = RNE_saturating(fp32(x / scale)).
@@ -301,7 +301,7 @@ grid: per-tensor, per-token (1 x cols), block128 (128x128 weight tiles),
   block128-act (1x128), or a (group_rows, group_cols) pair; groups are clipped at
   the edges. The leading axes of x are flattened into rows.
 Returns (codes uint8 of x's shape, scales float32 [ceil(rows/gr), ceil(cols/gc)]).)doc");
-  m.def("fp8_dequantize", &fp8_dequantize, nb::arg("codes"), nb::arg("scales"), nb::arg("grid") = "per-tensor",
+  m.def("fp8_dequantize", &py_fp8_dequantize, nb::arg("codes"), nb::arg("scales"), nb::arg("grid") = "per-tensor",
         nb::arg("elem") = "e4m3", nb::arg("threads") = 0,
         "Decode FP8 ``codes`` with their FP32 group ``scales``: fp32(decode(code) * scale).");
   m.def("format_info", &format_info, nb::arg("elem"),
