@@ -7,8 +7,6 @@
 
 namespace mxrl {
 
-std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
-
 std::vector<int64_t> shape_of(const AnyArray& a) {
   std::vector<int64_t> s(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "numerics/mx.h"
+#include "util/text.h"  // shape_str
 
 namespace mxrl {
 namespace nb = nanobind;
@@ -18,7 +19,6 @@ namespace nb = nanobind;
 using AnyArray = nb::ndarray<nb::device::cpu>;
 
 // "[2, 64]"
-std::string shape_str(const std::vector<int64_t>& shape);
 std::vector<int64_t> shape_of(const AnyArray& a);
 // numpy's spelling of an array's dtype ("float32", "bfloat16", "int64", ...).
 std::string dtype_str(const AnyArray& a);
