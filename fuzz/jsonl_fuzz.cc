@@ -19,6 +19,10 @@
 #include "tasks/tasks.h"
 #include "util/error.h"
 
+using mxrl::JsonlTask;
+using mxrl::Problem;
+using mxrl::Split;
+
 namespace {
 
 void check(bool ok) {

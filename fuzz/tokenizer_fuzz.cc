@@ -21,6 +21,8 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
+using mxrl::Tokenizer;
+
 namespace {
 
 void check(bool ok) {
