@@ -169,6 +169,13 @@ void AdamW::set_step(int64_t s) {
   step_ = s;
 }
 
+void AdamW::restore(std::vector<float> m, std::vector<float> v, int64_t step, std::string_view where) {
+  if (m.size() != m_.size() || v.size() != v_.size()) fail("{}: optimizer state does not fit the model", where);
+  set_step(step);
+  m_ = std::move(m);
+  v_ = std::move(v);
+}
+
 OptimStats AdamW::step(ParamTable& params, const std::vector<float>& grads, const Exec& exec) {
   if (params.numel() != numel_)
     fail("AdamW step {}: the parameters have {} elements, the optimizer was built for {}", step_, params.numel(),

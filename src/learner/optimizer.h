@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "model/params.h"
@@ -73,6 +74,9 @@ class AdamW {
 
   int64_t step() const { return step_; }
   void set_step(int64_t s);  // s >= 0
+  // The moments and step of a saved state (a resume); throws mxrl::Error
+  // naming `where` when the moments do not fit this optimizer's layout.
+  void restore(std::vector<float> m, std::vector<float> v, int64_t step, std::string_view where);
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }
   const std::vector<float>& m() const { return m_; }

@@ -180,6 +180,21 @@ TEST(OptimConfig, FromJsonRejectsBadInput) {
   EXPECT_NE(err(R"([1, 2])").find("object"), std::string::npos);
 }
 
+TEST(AdamW, RestoreTakesAFittingStateAndRefusesAnotherModelsNamingIt) {
+  const ModelConfig cfg = small_test_config(false);
+  AdamW opt(ParamTable(cfg, false), OptimConfig{});
+  const size_t n = opt.m().size();
+  std::vector<float> m(n, 0.25f), v(n, 0.5f);
+  opt.restore(m, v, 7, "state");
+  EXPECT_EQ(opt.step(), 7);
+  EXPECT_EQ(opt.m(), m);
+  EXPECT_EQ(opt.v(), v);
+  EXPECT_EQ(error_of([&] { opt.restore(std::vector<float>(n + 1), v, 8, "dir/state"); }),
+            "dir/state: optimizer state does not fit the model");
+  EXPECT_EQ(opt.step(), 7);  // refused whole
+  EXPECT_EQ(opt.m(), m);
+}
+
 TEST(GlobalGradNorm, KnownValuesAndDeterminism) {
   EXPECT_EQ(global_grad_norm({}), 0.0);
   EXPECT_EQ(global_grad_norm({3.0f, -4.0f}), 5.0);

@@ -291,12 +291,7 @@ RlRun RlRun::resume_impl(const std::string& state_dir, std::shared_ptr<RlRemote>
   r.step_ = json_integer(st.meta.contains("rl_step") ? st.meta["rl_step"] : json(), 0, r.cfg_.steps,
                          fmt::format("{}: \"rl_step\"", state_dir));
   r.init(std::move(st.params), st.tokenizer_json, st.tokenizer_config_json, exec);
-  AdamW& opt = r.learner_->optimizer();
-  if (st.m.size() != opt.m().size() || st.v.size() != opt.v().size())
-    fail("{}: optimizer state does not fit the model", state_dir);
-  opt.m() = std::move(st.m);
-  opt.v() = std::move(st.v);
-  opt.set_step(st.step);
+  r.learner_->optimizer().restore(std::move(st.m), std::move(st.v), st.step, state_dir);
   r.last_rollout_version_ = static_cast<uint64_t>(r.step_);
   if (st.files.count(kPendingRollout)) {
     const std::string& b = st.files.at(kPendingRollout);

@@ -156,12 +156,7 @@ SftRun SftRun::resume(const std::string& state_dir, const Exec& exec) {
   SftRun r;
   r.cfg_ = SftConfig::from_json(st.meta["sft"]);
   r.init(std::move(st.params), st.tokenizer_json, st.tokenizer_config_json, exec);
-  AdamW& opt = r.learner_->optimizer();
-  if (st.m.size() != opt.m().size() || st.v.size() != opt.v().size())
-    fail("{}: optimizer state does not fit the model", state_dir);
-  opt.m() = std::move(st.m);
-  opt.v() = std::move(st.v);
-  opt.set_step(st.step);
+  r.learner_->optimizer().restore(std::move(st.m), std::move(st.v), st.step, state_dir);
   if (st.step > r.cfg_.steps) fail("{}: step {} is past the run's end ({})", state_dir, st.step, r.cfg_.steps);
   return r;
 }
