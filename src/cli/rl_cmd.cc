@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "cli/commands.h"
-#include "cli/config_file.h"
 #include "cli/rl_cli.h"
+#include "cli/run_cli.h"
 #include "cli/settings_cli.h"
 #include "dist/distributed.h"
 #include "util/clock.h"
@@ -96,24 +96,17 @@ RlCliResult run_rl_cli(const RlCliArgs& a, RlRun& run) {
 }
 
 namespace {
-struct RlCmdArgs : RlCliArgs {
-  std::string model, data, resume, config;
-  bool overwrite = false;
-};
+struct RlCmdArgs : RlCliArgs, RunFolderArgs {};
 }  // namespace
 
 namespace {
 
 void run_rl_cmd(RlCmdArgs& a, CLI::App* c) {
-  if (!a.config.empty()) apply_config_file(c, a.config);
-  if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
+  apply_run_config(c, a, a.out);
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   if (!a.resume.empty()) refuse_on_resume(c, rl_fields(), {"--model", "--data"});
-  const RunSpec spec{
-      a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite, [](const std::string& note) {
-        fmt::print(stderr, "{}\n", note);
-      }};
+  const RunSpec spec = run_spec(a, a.out, c);
   run_rl_job(spec, a.cfg, a.learners, a.samplers, exec, [&](RlRun& run) { run_rl_cli(a, run); });
 }
 }  // namespace
@@ -122,17 +115,7 @@ void add_rl_command(CLI::App& app) {
   auto a = std::make_shared<RlCmdArgs>();
   auto* c = app.add_subcommand(
       "rl", "GRPO on a verifiable task; every weight sync to the sampler checked live (seven checks)");
-  c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json), e.g. an SFT final/")
-      ->check(CLI::ExistingDirectory);
-  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")
-      ->check(CLI::ExistingFile);
-  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")
-      ->check(CLI::ExistingDirectory);
-  c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
-      ->check(CLI::ExistingFile);
-  c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
-  c->add_flag("--overwrite", a->overwrite,
-              "Start a new run in an --out that holds another run's checkpoints (they are removed)");
+  add_run_folder_options(c, *a, a->out, "Checkpoint directory to start from (with tokenizer.json), e.g. an SFT final/");
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step, sync and evaluation");
   c->add_option("--learners", a->learners,
                 "Distributed (under mpirun): data-parallel learner processes; world ranks 0..L-1 (0 coordinates)")

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/config_file.h"
+#include "cli/run_cli.h"
 #include "cli/settings_cli.h"
 #include "cli/sft_cli.h"
 #include "train/run_setup.h"
@@ -95,21 +95,14 @@ SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run) {
 void add_sft_options(CLI::App* c, SftCliArgs& a) { add_options(c, a.cfg, sft_fields()); }
 
 namespace {
-struct SftCmdArgs : SftCliArgs {
-  std::string model, data, resume, config;
-  bool overwrite = false;
-};
+struct SftCmdArgs : SftCliArgs, RunFolderArgs {};
 
 void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
-  if (!a.config.empty()) apply_config_file(c, a.config);
-  if (a.out.empty()) fail("give --out DIR (on the command line or as out = \"DIR\" in --config)");
+  apply_run_config(c, a, a.out);
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, pair_kernel_from_name(a.kernels)};
   if (!a.resume.empty()) refuse_on_resume(c, sft_fields(), {"--model", "--data"});
-  const RunSpec spec{
-      a.model, a.resume, a.data, c->count("--task") > 0, a.out, a.overwrite, [](const std::string& note) {
-        fmt::print(stderr, "{}\n", note);
-      }};
+  const RunSpec spec = run_spec(a, a.out, c);
   SftSession s = open_sft(spec, a.cfg, exec);
   run_sft_cli(a, s.run);
 }
@@ -118,17 +111,7 @@ void run_sft_cmd(SftCmdArgs& a, CLI::App* c) {
 void add_sft_command(CLI::App& app) {
   auto a = std::make_shared<SftCmdArgs>();
   auto* c = app.add_subcommand("sft", "Supervised fine-tuning on a verifiable task, evaluated through the sampler");
-  c->add_option("--model", a->model, "Checkpoint directory to start from (with tokenizer.json)")
-      ->check(CLI::ExistingDirectory);
-  c->add_option("--data", a->data, "JSONL dataset: {\"prompt\": ..., \"answer\": ...} per line")
-      ->check(CLI::ExistingFile);
-  c->add_option("--resume", a->resume, "Training-state directory to continue (its settings are kept)")
-      ->check(CLI::ExistingDirectory);
-  c->add_option("--config", a->config, "TOML file of settings (keys: the long options, _ for -); flags override it")
-      ->check(CLI::ExistingFile);
-  c->add_option("--out", a->out, "Output directory (required): step-NNNNNN/ every --save-every steps, and final/");
-  c->add_flag("--overwrite", a->overwrite,
-              "Start a new run in an --out that holds another run's checkpoints (they are removed)");
+  add_run_folder_options(c, *a, a->out, "Checkpoint directory to start from (with tokenizer.json)");
   c->add_option("--metrics", a->metrics, "JSONL metrics file: one object per step and per evaluation");
   c->add_option("--samples", a->samples, "Held-out samples to print at the end")->capture_default_str();
   c->add_option("--log-every", a->log_every, "Steps between progress lines when stderr is not a terminal")
