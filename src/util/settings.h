@@ -279,4 +279,20 @@ void settings_from_json(const SettingsTable<C>& t, const nlohmann::json& j, C& c
   setting_check_bounds(t, c, ctx);
 }
 
+// `base` (a whole settings object, e.g. the defaults' settings_to_json) with
+// the values of the keys `patch` names put over it: how a front end that is
+// given only the settings a user changed (a Python dict) makes the whole
+// object settings_from_json reads. An unknown key of `patch` is the same
+// one-line error as settings_from_json's; values are left for it to check.
+template <class C>
+nlohmann::json settings_overlay(const SettingsTable<C>& t, nlohmann::json base, const nlohmann::json& patch,
+                                std::string_view ctx) {
+  std::vector<std::string> keys;
+  for (const SettingsField<C>& f : t) keys.push_back(f.key);
+  detail::check_keys(patch, keys, ctx);
+  for (const SettingsField<C>& f : t)
+    if (const nlohmann::json* v = detail::find(patch, f.key)) detail::slot(base, f.key) = *v;
+  return base;
+}
+
 }  // namespace mxrl

@@ -107,6 +107,24 @@ TEST(Settings, BadJsonIsOneLineNamingTheKey) {
   EXPECT_EQ(error_of([] { from(json::array()); }), "toy settings: expected a JSON object, got array");
 }
 
+TEST(Settings, OverlaySetsOnlyTheGivenKeysOverTheBase) {
+  const json base = settings_to_json(toy_fields(), Toy{});
+  auto overlay = [&](const json& patch) { return settings_overlay(toy_fields(), base, patch, "toy settings"); };
+  const Toy t = from(overlay({{"steps", 9}, {"inner", {{"on", true}}}}));
+  EXPECT_EQ(t.steps, 9);
+  EXPECT_TRUE(t.inner.on);
+  EXPECT_EQ(t.inner.rate, 0.5);  // a sibling of a given nested key keeps its base value
+  EXPECT_EQ(t.name, "x");
+  EXPECT_EQ(overlay(json::object()), base);
+  EXPECT_EQ(error_of([&] { overlay({{"bogus", 1}}); }), "toy settings: unknown key 'bogus'");
+  EXPECT_EQ(error_of([&] { overlay({{"inner", {{"bogus", 1}}}}); }), "toy settings: unknown key 'inner.bogus'");
+  // Values are settings_from_json's to check, with its messages.
+  EXPECT_EQ(error_of([&] {
+              from(overlay({{"steps", "3"}}));
+            }),
+            "toy settings: steps must be an integer, got \"3\" (string)");
+}
+
 TEST(Settings, BoundsAreOneLineEach) {
   auto err = [](auto mutate) {
     Toy t;
