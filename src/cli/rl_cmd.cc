@@ -60,11 +60,7 @@ RlCliResult run_rl_cli(const RlCliArgs& a, RlRun& run) {
     }
   };
   ev.on_eval = [&](const EvalResult& e) {
-    metrics.write(nlohmann::json{{"step", e.step},
-                                 {"eval_accuracy", e.accuracy},
-                                 {"eval_correct", e.correct},
-                                 {"eval_total", e.total},
-                                 {"eval_seconds", e.seconds}});
+    metrics.write(e.to_json());
     progress.clear();
     fmt::print(stderr, "eval at step {}: held-out greedy accuracy {:.3f} ({}/{}, {:.1f} s)\n", e.step, e.accuracy,
                e.correct, e.total, e.seconds);

@@ -56,11 +56,7 @@ SftCliResult run_sft_cli(const SftCliArgs& a, SftRun& run) {
       fmt::print(stderr, "{}\n", line);
   };
   ev.on_eval = [&](const EvalResult& e) {
-    metrics.write(nlohmann::json{{"step", e.step},
-                                 {"eval_accuracy", e.accuracy},
-                                 {"eval_correct", e.correct},
-                                 {"eval_total", e.total},
-                                 {"eval_seconds", e.seconds}});
+    metrics.write(e.to_json());
     progress.clear();
     fmt::print(stderr, "eval at step {}: accuracy {:.3f} ({}/{} held-out problems, greedy, {:.1f} s)\n", e.step,
                e.accuracy, e.correct, e.total, e.seconds);

@@ -73,6 +73,14 @@ Sequence make_sft_sequence(const Tokenizer& tk, const Problem& p, int32_t eos) {
   return s;
 }
 
+nlohmann::json EvalResult::to_json() const {
+  return {{"step", step},
+          {"eval_accuracy", accuracy},
+          {"eval_correct", correct},
+          {"eval_total", total},
+          {"eval_seconds", seconds}};
+}
+
 EvalResult evaluate(std::shared_ptr<const Model> model, const Task& task, const Tokenizer& tk, int32_t eos,
                     uint64_t seed, int64_t count, int64_t max_new_tokens, const Exec& exec) {
   const auto t0 = std::chrono::steady_clock::now();

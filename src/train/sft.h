@@ -70,6 +70,8 @@ struct EvalResult {
   int64_t step = 0, correct = 0, total = 0;
   double accuracy = 0, seconds = 0;
   std::vector<EvalSample> samples;  // every problem, in order
+  // The metrics line: step, eval_accuracy, eval_correct, eval_total, eval_seconds.
+  nlohmann::json to_json() const;
 };
 
 // Greedy decoding of Eval problems 0..count-1 (seed) through the sampler
