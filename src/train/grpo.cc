@@ -469,7 +469,10 @@ RlStepStats RlRun::step_once(const RlEvents& ev) {
   LogprobOptions lo;
   lo.temperature = cfg_.temperature;
   lo.on_row = [&](size_t i, size_t t, const float* row) {
-    kl[i].push_back(exact_kl(&samples[i].logits[t * V], row, V, cfg_.temperature));
+    // A remote sampler may record no logits rows (an engine that returns only
+    // log-probs): that token's exact KL is then unknown, not computed from nothing.
+    kl[i].push_back(samples[i].logits.empty() ? std::numeric_limits<double>::quiet_NaN()
+                                              : exact_kl(&samples[i].logits[t * V], row, V, cfg_.temperature));
     entropy_sum += entropy(row, V, cfg_.temperature);
   };
   const std::vector<std::vector<float>> old_lp = learner_->logprobs(seqs, lo);
