@@ -22,7 +22,13 @@ Manifest = List[Dict[str, Any]]
 Findings = Dict[str, Dict[str, Any]]
 BundleLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Dict[str, Any], Manifest]
 
-__all__ = ["export", "inspect", "verify", "verify_dump", "write_dump", "dump_manifest"]
+__all__ = ["check_names", "export", "inspect", "verify", "verify_dump", "write_dump", "dump_manifest"]
+
+
+def check_names() -> List[str]:
+    """The seven live checks, in condition order: coverage, placement, grid, exceptions,
+    freshness, atomicity, agreement (the names a sync report's checks carry)."""
+    return _mxrl._sync_check_names()
 
 
 def export(
@@ -69,14 +75,20 @@ def _manifest(x: BundleLike, what: str) -> Manifest:
                     f"got {type(x).__name__}")
 
 
-def verify(expected: BundleLike, got: BundleLike) -> Findings:
+def verify(expected: BundleLike, got: BundleLike, previous: Optional[BundleLike] = None) -> Findings:
     """Conditions 1-4 of what a sampler holds (``got``) against what it should hold (``expected``).
 
     Each side is a bundle (path or bytes), an ``inspect()`` dict, a manifest list,
     or e.g. ``Model.manifest()``. Returns ``{coverage, placement, grid, exceptions}``,
     each ``{"passed": bool, "findings": [...]}``.
+
+    previous: what the sampler held before this sync (same forms). A tensor that should
+    have changed but still holds its previous bytes is then a coverage finding (the sync
+    never wrote it) rather than bytes that differ (grid / exceptions), as with
+    ``verify_dump(previous=...)``.
     """
-    return _mxrl._sync_check_manifests(_manifest(expected, "expected"), _manifest(got, "got"))
+    prev = _manifest(previous, "previous") if previous is not None else None
+    return _mxrl._sync_check_manifests(_manifest(expected, "expected"), _manifest(got, "got"), prev)
 
 
 def verify_dump(

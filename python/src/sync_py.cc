@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <fmt/format.h>
 
@@ -70,10 +71,12 @@ nb::object results_to_py(const std::vector<CheckResult>& rs) {
   return out;
 }
 
-nb::object sync_check_manifests(nb::handle expected, nb::handle got) {
+nb::object sync_check_manifests(nb::handle expected, nb::handle got, nb::handle previous) {
   const auto e = digests_from_json(py_to_json(expected, "expected"));
   const auto g = digests_from_json(py_to_json(got, "got"));
-  return results_to_py(check_manifests(e, g));
+  std::vector<TensorDigest> before;  // what the sampler held before the sync, if given
+  if (!previous.is_none()) before = digests_from_json(py_to_json(previous, "previous"));
+  return results_to_py(check_manifests(e, g, before));
 }
 
 nb::object sync_verify_dump(const std::string& learner_dir, const std::string& dump, const std::string& recipe,
@@ -114,7 +117,9 @@ void bind_sync(nb::module_& m) {
   m.def("_sync_inspect_bytes", &sync_inspect_bytes, nb::arg("data"), nb::arg("label"),
         "Parse and verify bundle bytes (mxrl.sync.inspect).");
   m.def("_sync_check_manifests", &sync_check_manifests, nb::arg("expected"), nb::arg("got"),
-        "Conditions 1-4 of two manifests (mxrl.sync.verify).");
+        nb::arg("previous").none() = nb::none(),
+        "Conditions 1-4 of two manifests, given what was held before the sync if ``previous`` (mxrl.sync.verify).");
+  m.def("_sync_check_names", &check_names, "The seven live checks, in condition order (mxrl.sync.check_names).");
   m.def("_sync_verify_dump", &sync_verify_dump, nb::arg("learner_dir"), nb::arg("dump"), nb::arg("recipe"),
         nb::arg("floor"), nb::arg("naming"), nb::arg("previous").none(), nb::arg("threads"),
         "Conditions 1-4 of an engine's weight dump against a learner checkpoint (mxrl.sync.verify_dump).");
