@@ -8,7 +8,8 @@ module ``mxrl._mxrl``; this package re-exports it:
   ``format_info`` / ``elem_grid``: the element formats.
 - ``Model.load(dir, plan)`` with ``.score`` and ``.logits``; ``Sampler(model).generate``;
   ``Tokenizer``.
-- ``mxrl.sync``: ``export``, ``inspect``, ``verify``, ``verify_dump``.
+- ``mxrl.sync``: ``export``, ``inspect``, ``verify``, ``verify_dump``, ``check_names``.
+- ``mxrl.faults``: ``catalogue()``, the sync faults with their names and conditions.
 
 Arrays are read in place (numpy, or torch and others through DLPack) and results
 are numpy arrays (``torch.from_dlpack`` shares their memory). Errors the CLI
@@ -29,7 +30,7 @@ from ._mxrl import (  # noqa: F401
     quantize,
     tensor_seed,
 )
-from . import sync  # noqa: F401
+from . import faults, sync  # noqa: F401
 
 __all__ = [
     "__version__",
@@ -38,6 +39,7 @@ __all__ = [
     "Tokenizer",
     "dequantize",
     "elem_grid",
+    "faults",
     "format_info",
     "fp8_dequantize",
     "fp8_quantize",

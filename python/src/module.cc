@@ -12,10 +12,11 @@ namespace mxrl {
 void bind_numerics(nb::module_& m);
 void bind_model(nb::module_& m);
 void bind_sync(nb::module_& m);
+void bind_faults(nb::module_& m);
 }  // namespace mxrl
 
 NB_MODULE(_mxrl, m) {
-  m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler and weight-sync checks.";
+  m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler, weight-sync checks and faults.";
   m.attr("__version__") = MXRL_VERSION;  // the CLI's too (CMakeLists.txt project VERSION)
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -27,4 +28,5 @@ NB_MODULE(_mxrl, m) {
   mxrl::bind_numerics(m);
   mxrl::bind_model(m);
   mxrl::bind_sync(m);
+  mxrl::bind_faults(m);
 }
