@@ -9,6 +9,8 @@ module ``mxrl._mxrl``; this package re-exports it:
 - ``Model.load(dir, plan)`` with ``.score`` and ``.logits``; ``Sampler(model).generate``;
   ``Tokenizer``.
 - ``mxrl.sync``: ``export``, ``inspect``, ``verify``, ``verify_dump``, ``check_names``.
+- ``mxrl.rl``: ``start`` / ``resume`` a GRPO run (``RlRun``) whose rollout and weight
+  sync a Python object does (e.g. an adapter over another inference engine).
 - ``mxrl.faults``: ``catalogue()``, the sync faults with their names and conditions.
 
 Arrays are read in place (numpy, or torch and others through DLPack) and results
@@ -19,6 +21,7 @@ with the same message.
 
 from ._mxrl import (  # noqa: F401
     Model,
+    RlRun,
     Sampler,
     Tokenizer,
     __version__,
@@ -30,11 +33,12 @@ from ._mxrl import (  # noqa: F401
     quantize,
     tensor_seed,
 )
-from . import faults, sync  # noqa: F401
+from . import faults, rl, sync  # noqa: F401
 
 __all__ = [
     "__version__",
     "Model",
+    "RlRun",
     "Sampler",
     "Tokenizer",
     "dequantize",
@@ -44,6 +48,7 @@ __all__ = [
     "fp8_dequantize",
     "fp8_quantize",
     "quantize",
+    "rl",
     "sync",
     "tensor_seed",
 ]

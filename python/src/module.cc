@@ -13,10 +13,11 @@ void bind_numerics(nb::module_& m);
 void bind_model(nb::module_& m);
 void bind_sync(nb::module_& m);
 void bind_faults(nb::module_& m);
+void bind_rl(nb::module_& m);
 }  // namespace mxrl
 
 NB_MODULE(_mxrl, m) {
-  m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler, weight-sync checks and faults.";
+  m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler, weight-sync checks and GRPO runs.";
   m.attr("__version__") = MXRL_VERSION;  // the CLI's too (CMakeLists.txt project VERSION)
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -29,4 +30,5 @@ NB_MODULE(_mxrl, m) {
   mxrl::bind_model(m);
   mxrl::bind_sync(m);
   mxrl::bind_faults(m);
+  mxrl::bind_rl(m);
 }
