@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: the Release build's tests, the Python package's pytest suite
-# (scripts/python.sh: pip install . into build-py/venv), then the unit tests again under
+# (scripts/python.sh: pip install . into build-py/venv), the vLLM adapter's
+# (scripts/vllm.sh: vLLM for CPUs, about 6 GB, and python/adapters/vllm into
+# the same venv), then the unit tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
 # target replaying the malformed-file corpus and fuzzing for a few seconds).
 # Every build here treats warnings as errors (MXRL_WERROR: gcc for the Release
@@ -12,6 +14,7 @@ MXRL_WERROR=ON bash scripts/build.sh
 jobs=$(nproc)
 ctest --test-dir build --output-on-failure -j"$jobs"
 bash scripts/python.sh
+bash scripts/vllm.sh
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON -DMXRL_WERROR=ON >/dev/null
 cmake --build build-san -j"$jobs"
