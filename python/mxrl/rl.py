@@ -47,6 +47,8 @@ named in the config's ``inject`` are already in it). ``reference`` is what the c
 compare against::
 
     {"manifest": list[dict],    # what the sampler should hold (form of Model.manifest())
+     "expected_bundle": bytes,  # the bundle as built with no learner-seam fault: the tensors
+                                # the sampler should hold (== bundle when none is injected)
      "agreement": bool,         # whether the agreement check is due at this version
      "probe_logits": [numpy float32 [len, vocab], ...],   # only when agreement: the
                                 # learner's logits of each probe sequence

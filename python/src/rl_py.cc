@@ -365,6 +365,16 @@ std::shared_ptr<RlRemote> python_remote(nb::object remote, const Exec& exec) {
     reference["checks"] = check_mode_name(s.checks);
     reference["plan"] = plan.name;
     nb::bytes b(bytes.data(), bytes.size());
+    // What the sampler must end up holding: the bundle as built with no fault at the learner's
+    // seam (a learner fault edits what travels, never what the checks compare against).
+    if (s.hooks.learner) {
+      SyncSettings clean = s;
+      clean.hooks.learner = nullptr;
+      const std::vector<std::byte> want = build_bundle_bytes(learner.model(), learner.params(), plan, v, clean, st->exec);
+      reference["expected_bundle"] = nb::bytes(want.data(), want.size());
+    } else {
+      reference["expected_bundle"] = b;
+    }
     SyncReport report = report_from_py(st->remote.attr("sync")(v, b, reference), v, bytes.size());
     report.build_seconds = build;
     return report;

@@ -356,3 +356,28 @@ def test_fault_catalogue_and_check_names():
     assert [f["condition"] for f in mxrl.faults.catalogue()] == sorted(f["condition"] for f in faults.values())
     assert mxrl.sync.check_names() == ["coverage", "placement", "grid", "exceptions", "freshness", "atomicity",
                                        "agreement"]
+
+
+def test_the_reference_carries_the_bundle_the_learner_expects(warm, served):
+    """With a learner-seam fault the bundle sent differs from the one the checks compare against;
+    the clean one's digests are the reference manifest's."""
+    seen = []
+
+    class Keep(FakeEngine):
+        def sync(self, version, bundle, reference):
+            seen.append((bytes(bundle), bytes(reference["expected_bundle"]), reference["manifest"]))
+            return super().sync(version, bundle, reference)
+
+    run = mxrl.rl.start(warm, {**CONFIG, "inject": ["col-blocks"], "checks": "warn"}, Keep(served))
+    assert seen[0][0] == seen[0][1]  # version 0: the fault is not active yet
+    run.step_once()
+    sent, clean, manifest = seen[-1]
+    assert sent != clean
+
+    def digests(b):
+        return {(t["name"], t["part"]): t["xxh3"] for t in mxrl.sync.inspect(b)["manifest"]}
+
+    want = {(t["name"], t["part"]): t["xxh3"] for t in manifest}
+    got_clean, got_sent = digests(clean), digests(sent)
+    assert all(got_clean.get(k) == d for k, d in want.items())
+    assert any(got_sent.get(k) != d for k, d in want.items())
