@@ -130,6 +130,9 @@ def _read_experts(m: Any, np32) -> Dict[str, Any]:
                 y = m.quant_method.apply(m, x, w, ids, None, None)
             ys.append(np32(y if torch.is_tensor(y) else y[0]))
         rec["x"], rec["y"] = np32(x), np.stack(ys)
+        # The storage itself: the CPU build keeps its pre-pack there, so checkpoint-layout values
+        # found in it mean the pre-pack was never rebuilt from what a refit wrote.
+        rec["w13"], rec["w2"] = np32(m.w13_weight[:1]), np32(m.w2_weight[:1])
     except Exception as e:  # noqa: BLE001 - reported as a layout the checker cannot read
         rec["error"] = f"{type(e).__name__}: {e}"
     return rec
@@ -200,9 +203,13 @@ def check_tensors(exp: Expected, prev: Optional[Expected], v: Dict[str, Any]) ->
     for name in live:
         if name not in exp.tensors:
             f["coverage"].append(f"extra {name}: not expected under the sampler's plan")
-    by_values = {}
+    by_values, by_bytes = {}, {}
     for n, t in exp.tensors.items():
         by_values.setdefault((t.values.shape, _key(t.values)), n)
+        if t.mx:
+            for part in ("codes", "scales"):
+                a = getattr(t, part)
+                by_bytes.setdefault((part, a.shape, a.tobytes()), n)
     for name, e in exp.tensors.items():
         g = live.get(name)
         if g is None:
@@ -222,7 +229,10 @@ def check_tensors(exp: Expected, prev: Optional[Expected], v: Dict[str, Any]) ->
                     old = p is not None and np.array_equal(got, getattr(p, part))
                     other = "codes" if part == "scales" else "scales"
                     others_new = np.array_equal(getattr(g, other), getattr(e, other))
-                    if old and not others_new:
+                    o = by_bytes.get((part, got.shape, got.tobytes()))
+                    if o is not None and o != name:
+                        f["placement"].append(f"{name} [{part}]: holds the bytes of {o} [{part}]")
+                    elif old and not others_new:
                         f["coverage"].append(f"{name} [{part}]: still holds the previous version's bytes "
                                              "(not written by this sync)")
                     elif old:
@@ -310,8 +320,16 @@ def _check_experts(exp: Expected, prev: Optional[Expected], probes: Dict[str, An
     return covered
 
 
-def check_freshness(engine: VllmEngine, version: int, v: Dict[str, Any]) -> List[str]:
+def check_freshness(engine: VllmEngine, version: int, v: Dict[str, Any], exp: Optional[Expected] = None) -> List[str]:
     f: List[str] = []
+    for layer, rec in v["experts"].items():
+        t = exp.tensors.get(f"{layer}.mlp.experts.0.gate_proj.weight") if exp else None
+        if t is None or "w13" not in rec:
+            continue
+        up = exp.tensors[f"{layer}.mlp.experts.0.up_proj.weight"].values
+        if np.array_equal(rec["w13"][0], np.concatenate([t.values, up]), equal_nan=True):
+            f.append(f"packed {layer}.mlp.experts: the storage holds this version's values in checkpoint layout, "
+                     "which the fused op reads as its CPU pre-pack: the pre-pack was not rebuilt")
     if engine.version != version:
         f.append(f"the sampler reports version {engine.version}, expected {version}")
     for name, g in v["live"].items():
@@ -394,7 +412,7 @@ def run(engine: VllmEngine, exp: Expected, prev: Optional[Expected], reference: 
     for n in NAMES[:4]:
         out.append({"name": n, "ran": True, "passed": not f[n], "findings": f[n], "seconds": t_view / 4})
     t = time.perf_counter()
-    fr = check_freshness(engine, version, v)
+    fr = check_freshness(engine, version, v, exp)
     out.append({"name": "freshness", "ran": True, "passed": not fr, "findings": fr,
                 "seconds": time.perf_counter() - t})
     t = time.perf_counter()

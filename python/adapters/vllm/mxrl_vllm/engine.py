@@ -107,11 +107,12 @@ class Layout:
 
 class VllmEngine:
     def __init__(self, model_dir: str, *, seed: int = 0, max_model_len: int = 512, hooks: Optional[RefitHooks] = None,
-                 repairs: bool = True, **llm_kwargs: Any) -> None:
+                 repairs: bool = True, kv_cache_bytes: int = 256 << 20, **llm_kwargs: Any) -> None:
         """Load `model_dir` into an in-process vLLM engine.
 
         repairs: fix the derived copies vLLM's CPU build leaves stale after a refit
         (off: observe vLLM's own behaviour, which the checks then report).
+        kv_cache_bytes: the engine's KV cache (256 MiB holds about 64k positions of a tiny preset).
         llm_kwargs: passed to vllm.LLM (e.g. enable_prefix_caching=False).
         """
         from vllm import LLM
@@ -124,8 +125,9 @@ class VllmEngine:
         if self.layout.mx and self.layout.experts:
             raise ValueError(f"{model_dir}: an MXFP8 MoE export: vLLM's CPU build runs MXFP8 experts only through "
                              "Triton, which it lacks; serve the BF16 checkpoint (the refit sends exact BF16 values)")
+        _retire_parallel_state()
         kw = dict(model=self.model_dir, skip_tokenizer_init=True, max_logprobs=-1, max_model_len=max_model_len,
-                  enforce_eager=True, seed=seed)
+                  enforce_eager=True, seed=seed, kv_cache_memory_bytes=kv_cache_bytes)
         kw.update(llm_kwargs)
         self.llm = LLM(**kw)
         self.hooks = hooks or RefitHooks()
@@ -136,6 +138,24 @@ class VllmEngine:
         self.prefix_reset_version: Optional[int] = None
         self.last_refit: Dict[str, Any] = {}
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (the KV cache above all)."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            core = getattr(llm.llm_engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            self.llm = None
+            import gc
+
+            gc.collect()
+
+    def __enter__(self) -> "VllmEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # ---------------------------------------------------------------- model access
     def call(self, fn: Callable[[Any], Any]) -> Any:
@@ -260,7 +280,9 @@ class VllmEngine:
                 yield item
 
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream()})
-        repairs = [] if self.hooks.skip_repairs(version) or not self.repairs else self.call(_repair_derived)
+        written = {n.rsplit(".mlp.experts.", 1)[0] for n in weights if ".mlp.experts." in n}
+        repairs = [] if self.hooks.skip_repairs(version) or not self.repairs else \
+            self.call(lambda model: _repair_derived(model, written))
         if not self.hooks.skip_prefix_reset(version):
             if not self.llm.reset_prefix_cache():
                 raise RuntimeError("vLLM refused to reset its prefix cache (requests still running)")
@@ -286,14 +308,33 @@ class VllmEngine:
                           f"failed too ({again})"
 
 
-def _repair_derived(model: Any) -> List[str]:
+def _retire_parallel_state() -> None:
+    """Drop the model-parallel groups an earlier engine in this process made.
+
+    vLLM keeps them per process and builds them for the first model only: an
+    engine on a dense model leaves no expert-parallel group, and a later MoE
+    engine then fails to load ("expert parallel group is not initialized").
+    So one engine per process is live at a time: making a new one retires the
+    groups, and an older engine must not be used after that.
+    """
+    from vllm.distributed import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+        ps.destroy_distributed_environment()
+
+
+def _repair_derived(model: Any, expert_layers: set) -> List[str]:
     """Rebuild the derived copies vLLM's CPU refit leaves stale; returns what was rebuilt.
 
     - A tied head: the refit writes the embedding, but the head's packed GEMM copy
       (``cpu_linear``) was packed from the old values at load and is never rebuilt
       (the head receives no tensor of its own).
-    - Routed experts: on a weight update vLLM copies the new values into the
-      parameters but keeps the CPU grouped-GEMM prepack made at load.
+    - Routed experts: on a weight update vLLM copies the new values, in checkpoint
+      layout, into the storage its fused op reads as pre-packed, and does not
+      re-pack. Only the layers `expert_layers` ("model.layers.L") whose experts
+      this refit wrote are re-packed: re-packing storage that already holds a
+      pre-pack scrambles it.
     """
     done = []
     lm_head = getattr(model, "lm_head", None)
@@ -304,7 +345,7 @@ def _repair_derived(model: Any) -> List[str]:
     for name, m in model.named_modules():
         qm = getattr(m, "quant_method", None)
         kernel = getattr(qm, "moe_kernel", None)
-        if kernel is not None and hasattr(kernel, "fused_experts"):
+        if kernel is not None and hasattr(kernel, "fused_experts") and name.split(".mlp.")[0] in expert_layers:
             kernel.fused_experts.process_weights_after_loading(m)
             done.append(f"{name}: experts re-packed")
     return done

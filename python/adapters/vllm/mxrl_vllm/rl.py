@@ -125,6 +125,7 @@ def run(model_dir: str, out_dir: str, config: Optional[Dict[str, Any]] = None, *
     cfg = dict(config or {})
     ours, native = split_faults(list(cfg.get("inject", [])))
     cfg["inject"] = native
+    own = engine is None
     if engine is None:
         if engine_model is None:
             engine_model = stage_checkpoint(model_dir)
@@ -176,5 +177,7 @@ def run(model_dir: str, out_dir: str, config: Optional[Dict[str, Any]] = None, *
     finally:
         if sink:
             sink.close()
+        if own:
+            engine.close()
     return {"evals": evals, "steps": steps, "seconds": time.perf_counter() - t0, "check_seconds": check_s,
             "generate_seconds": remote.generate_seconds}

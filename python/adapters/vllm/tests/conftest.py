@@ -133,3 +133,37 @@ def llm_factory():
     yield make
     for llm in [*shared.values(), *owned]:
         _shutdown(llm)
+
+
+@pytest.fixture(scope="session")
+def bundles(cli, checkpoint_factory, tmp_path_factory):
+    """bundles(preset) -> (v1 bytes, v2 bytes): mxfp8 ship bundles of two different checkpoints."""
+    made = {}
+
+    def make(preset):
+        if preset not in made:
+            d = tmp_path_factory.mktemp("bundles")
+            out = []
+            for v, seed in ((1, 1), (2, 2)):
+                f = d / f"{preset}-v{v}.st"
+                cli("sync", "export", "--model", checkpoint_factory(preset, seed), "--out", f, "--version", v,
+                    "--sync", "ship")
+                out.append(f.read_bytes())
+            made[preset] = tuple(out)
+        return made[preset]
+
+    return make
+
+
+@pytest.fixture
+def closing():
+    """``closing(engine)``: the engine, shut down when the test ends (each holds a KV cache)."""
+    made = []
+
+    def keep(engine):
+        made.append(engine)
+        return engine
+
+    yield keep
+    for e in made:
+        e.close()

@@ -15,32 +15,12 @@ REQ = {"id": 7, "prompt": list(range(1, 12)), "n": 3, "max_new_tokens": 6, "temp
        "seed": 5}
 
 
-@pytest.fixture(scope="module")
-def bundles(cli, checkpoint_factory, tmp_path_factory):
-    """bundles(preset) -> (v1 bytes, v2 bytes): mxfp8 ship bundles of two different checkpoints."""
-    made = {}
-
-    def make(preset):
-        if preset not in made:
-            d = tmp_path_factory.mktemp("bundles")
-            out = []
-            for v, seed in ((1, 1), (2, 2)):
-                f = d / f"{preset}-v{v}.st"
-                cli("sync", "export", "--model", checkpoint_factory(preset, seed), "--out", f, "--version", v,
-                    "--sync", "ship")
-                out.append(f.read_bytes())
-            made[preset] = tuple(out)
-        return made[preset]
-
-    return make
-
-
 def failed(report):
     return {c["name"]: c["findings"] for c in report if c["ran"] and not c["passed"]}
 
 
-def test_generate_gives_seeded_samples_with_full_rows(checkpoint_factory):
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0))
+def test_generate_gives_seeded_samples_with_full_rows(checkpoint_factory, closing):
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0)))
     a = e.generate([REQ])
     b = e.generate([REQ])
     assert [s["tokens"] for s in a] == [s["tokens"] for s in b]  # seeded by (seed, request, index)
@@ -53,8 +33,8 @@ def test_generate_gives_seeded_samples_with_full_rows(checkpoint_factory):
         assert [rows[t, tok] for t, tok in enumerate(s["tokens"])] == s["logprobs"]
 
 
-def test_a_clean_refit_passes_every_check_and_changes_what_is_computed(checkpoint_factory, bundles):
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0))
+def test_a_clean_refit_passes_every_check_and_changes_what_is_computed(checkpoint_factory, bundles, closing):
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0)))
     b1, b2 = bundles("tiny-dense")
     before = e.generate([REQ])
     e.apply(b1, 1)
@@ -67,9 +47,9 @@ def test_a_clean_refit_passes_every_check_and_changes_what_is_computed(checkpoin
     assert [s["tokens"] for s in after] != [s["tokens"] for s in before]
 
 
-def test_the_readout_is_what_the_engine_computes_with(checkpoint_factory, bundles):
+def test_the_readout_is_what_the_engine_computes_with(checkpoint_factory, bundles, closing):
     """Every tensor of the view equals the bundle's values exactly after a clean refit."""
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0))
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0)))
     b1, _ = bundles("tiny-dense")
     e.apply(b1, 1)
     v = C.view(e)
@@ -80,29 +60,30 @@ def test_the_readout_is_what_the_engine_computes_with(checkpoint_factory, bundle
         assert np.array_equal(v["live"][name].values, t.values), name
 
 
-def test_vllm_leaves_a_tied_heads_packed_copy_stale_and_the_checks_say_so(checkpoint_factory, bundles):
+def test_vllm_leaves_a_tied_heads_packed_copy_stale_and_the_checks_say_so(checkpoint_factory, bundles, closing):
     """vLLM 0.32's CPU reload_weights rewrites the embedding but not the tied head's packed GEMM copy."""
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0), repairs=False)
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0), repairs=False))
     b1, b2 = bundles("tiny-dense")
     e.apply(b1, 1)
     f = failed(C.run(e, B.parse(b1), None, {"agreement": False}, version=1))
     assert any(x.startswith("lm_head.weight: ") for x in f["exceptions"])  # the head is BF16 in the plan
     assert any(x.startswith("packed lm_head.weight: the GEMM copy does not re-pack") for x in f["freshness"])
-    e2 = VllmEngine(checkpoint_factory("tiny-dense", 0))  # the adapter's repair
+    e2 = closing(VllmEngine(checkpoint_factory("tiny-dense", 0)))  # the adapter's repair
     e2.apply(b1, 1)
     assert failed(C.run(e2, B.parse(b1), None, {"agreement": False}, version=1)) == {}
     assert e2.last_refit["repairs"] == ["lm_head: re-packed from model.embed_tokens.weight (tied)"]
 
 
-def test_vllm_leaves_moe_experts_scrambled_and_the_probe_says_so(checkpoint_factory, bundles):
+def test_vllm_leaves_moe_experts_scrambled_and_the_probe_says_so(checkpoint_factory, bundles, closing):
     """vLLM 0.32's CPU refit copies checkpoint-layout experts into storage its fused op reads as pre-packed."""
     b1, b2 = bundles("tiny-moe")
-    e = VllmEngine(checkpoint_factory("tiny-moe", 0), repairs=False)
+    e = closing(VllmEngine(checkpoint_factory("tiny-moe", 0), repairs=False))
     e.apply(b1, 1)
     f = failed(C.run(e, B.parse(b1), None, {"agreement": False}, version=1))
-    assert set(f) == {"grid"}  # the experts are MX in the learner's plan
+    assert set(f) == {"grid", "freshness"}  # the experts are MX in the learner's plan
     assert len(f["grid"]) == 4 * 8 and all("the fused op's output differs" in x for x in f["grid"])
-    e2 = VllmEngine(checkpoint_factory("tiny-moe", 0))
+    assert len(f["freshness"]) == 4 and all("the pre-pack was not rebuilt" in x for x in f["freshness"])
+    e2 = closing(VllmEngine(checkpoint_factory("tiny-moe", 0)))
     e2.apply(b1, 1)
     e2.apply(b2, 2)
     assert failed(C.run(e2, B.parse(b2), B.parse(b1), {"agreement": False}, version=2)) == {}
@@ -119,9 +100,9 @@ class Interrupt(RefitHooks):
         return not self.rollback
 
 
-def test_an_interrupted_refit_rolls_back_to_the_previous_version_whole(checkpoint_factory, bundles):
+def test_an_interrupted_refit_rolls_back_to_the_previous_version_whole(checkpoint_factory, bundles, closing):
     b1, b2 = bundles("tiny-dense")
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0), hooks=Interrupt())
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0), hooks=Interrupt()))
     e.apply(b1, 1)
     with pytest.raises(RuntimeError, match="interrupted after 5 of"):
         e.apply(b2, 2)
@@ -129,10 +110,10 @@ def test_an_interrupted_refit_rolls_back_to_the_previous_version_whole(checkpoin
     assert failed(C.run(e, B.parse(b1), None, {"agreement": False}, version=1, sync_failed=True)) == {}
 
 
-def test_without_the_rollback_an_interrupted_refit_is_a_finding_not_a_pass(checkpoint_factory, bundles):
+def test_without_the_rollback_an_interrupted_refit_is_a_finding_not_a_pass(checkpoint_factory, bundles, closing):
     """vLLM's layerwise reload, stopped half way, leaves parameters on the meta device."""
     b1, b2 = bundles("tiny-dense")
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0), hooks=Interrupt(rollback=False))
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0), hooks=Interrupt(rollback=False)))
     e.apply(b1, 1)
     with pytest.raises(RuntimeError):
         e.apply(b2, 2)
@@ -140,23 +121,23 @@ def test_without_the_rollback_an_interrupted_refit_is_a_finding_not_a_pass(check
     assert any("meta tensor" in x for x in f["coverage"])
 
 
-def test_a_refit_with_no_bundle_to_restore_makes_the_engine_refuse(checkpoint_factory, bundles):
+def test_a_refit_with_no_bundle_to_restore_makes_the_engine_refuse(checkpoint_factory, bundles, closing):
     b1, _ = bundles("tiny-dense")
 
     class First(RefitHooks):
         def interrupt_after(self, version):
             return 3
 
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0), hooks=First())
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0), hooks=First()))
     with pytest.raises(RuntimeError):
         e.apply(b1, 1)
     with pytest.raises(RuntimeError, match="refuses to generate: the refit of version 1 failed"):
         e.generate([REQ])
 
 
-def test_an_mxfp8_engine_is_checked_byte_for_byte(checkpoint_factory, export_factory, bundles):
+def test_an_mxfp8_engine_is_checked_byte_for_byte(checkpoint_factory, export_factory, bundles, closing):
     b1, b2 = bundles("tiny-dense")
-    e = VllmEngine(export_factory(checkpoint_factory("tiny-dense", 0)))
+    e = closing(VllmEngine(export_factory(checkpoint_factory("tiny-dense", 0))))
     assert e.layout.mx
     e.apply(b1, 1)
     v = C.view(e)
@@ -173,8 +154,8 @@ def test_an_mxfp8_moe_export_is_refused_in_one_line(checkpoint_factory, export_f
         VllmEngine(export_factory(checkpoint_factory("tiny-moe", 0)))
 
 
-def test_a_bundle_of_another_version_is_refused(checkpoint_factory, bundles):
-    e = VllmEngine(checkpoint_factory("tiny-dense", 0))
+def test_a_bundle_of_another_version_is_refused(checkpoint_factory, bundles, closing):
+    e = closing(VllmEngine(checkpoint_factory("tiny-dense", 0)))
     b1, _ = bundles("tiny-dense")
     with pytest.raises(ValueError, match="bundle holds version 1, the sync is of version 3"):
         e.apply(b1, 3)
