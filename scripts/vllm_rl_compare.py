@@ -128,6 +128,9 @@ def main():
                 lines.append(f"| {r['seed']} | {engine} | {s['acc_before']:.3f} -> {s['acc_after']:.3f} | "
                              f"{s['kl_mean']:.2e} | {s['abs_dlogp_max']:.2e} | {s['syncs_failed']}/{s['syncs']} | "
                              f"{s['check_s_per_sync']:.2f} | {s['seconds']:.0f} |")
+        kl = rows[0]["vllm"]["kl_per_step"]
+        lines.append("\nvLLM sampling, seed 0, mean exact KL per token at steps 1, 11, 21, ...: " +
+                     ", ".join(f"{k:.1e}" for k in kl[::10]))
         for engine in ("mxrl", "vllm"):
             acc = [r[engine]["acc_after"] for r in rows]
             lines.append(f"\n{engine}: accuracy after RL {statistics.mean(acc):.3f} "

@@ -181,9 +181,9 @@ class VllmEngine:
             raise RuntimeError(f"vLLM engine refuses to generate: {self.broken}")
         with self._lock:
             v = self.version if self.version is not None else 0
-            # One vLLM request per sample, seeded by (seed, request, index): the samples depend on
-            # nothing but those and the weights, as mxrl's own sampler's do (vLLM's n > 1 would
-            # draw every child from one seed).
+            # One vLLM request per sample, seeded by (seed, request, index): each sample depends on
+            # nothing but those and the weights, as mxrl's own sampler's do, whatever else is in
+            # the batch. The prompt's KV is computed once and shared through the prefix cache.
             prompts, params, owners = [], [], []
             for r in requests:
                 for i in range(int(r["n"])):

@@ -35,8 +35,9 @@ def _drop_tensor(w, v, ctx):
 
 
 def _drop_experts(w, v, ctx):
-    layer = ctx["last_layer"]
-    for n in [n for n in w if f"layers.{layer}.mlp.experts." in n]:
+    # Every routed expert (the refit's name mapping misses them all): an expert that no token
+    # reached keeps its weights from step to step, so one layer's experts may not have changed.
+    for n in [n for n in w if ".mlp.experts." in n]:
         w.pop(n)
     return w
 
@@ -124,7 +125,7 @@ class VllmFault:
 
 FAULTS: List[VllmFault] = [
     VllmFault("drop-tensor", "refit", "", _drop_tensor, "the refit skips the last layer's o_proj"),
-    VllmFault("drop-experts", "refit", "moe", _drop_experts, "the refit skips the last layer's routed experts"),
+    VllmFault("drop-experts", "refit", "moe", _drop_experts, "the refit skips every routed expert"),
     VllmFault("stale-tied-head", "repairs", "tied", None,
               "vLLM's own refit: the tied head's packed copy is not rebuilt (the adapter's repair is skipped)"),
     VllmFault("swap-gate-up", "refit", "", _swap_gate_up, "gate and up loaded into the fused layer in swapped order"),
@@ -173,7 +174,9 @@ def applies(f: VllmFault, layout: Layout) -> Optional[str]:
     """Why fault `f` cannot apply to this engine, or None."""
     need = {"moe": layout.experts > 0, "tied": layout.tied, "untied": not layout.tied, "mx": layout.mx,
             "bf16": not layout.mx, "": True}[f.needs]
-    return None if need else f"{f.name} needs a{'n' if f.needs[:1] in 'aeiou' else ''} {f.needs} model"
+    what = {"moe": "a MoE model", "tied": "a tied head", "untied": "an untied head", "mx": "an MXFP8 engine",
+            "bf16": "a BF16 engine"}
+    return None if need else f"{f.name} needs {what[f.needs]}"
 
 
 class FaultHooks(RefitHooks):

@@ -60,7 +60,7 @@ def test_an_unknown_fault_is_refused(warm, task):
 
 
 def test_faults_that_cannot_apply_are_refused_in_one_line(warm, task):
-    with pytest.raises(ValueError, match="drop-experts needs a moe model"):
+    with pytest.raises(ValueError, match="drop-experts needs a MoE model"):
         run(str(warm), "", {**CONFIG, "task": task, "inject": ["drop-experts"]})
 
 
