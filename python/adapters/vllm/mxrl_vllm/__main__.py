@@ -60,9 +60,9 @@ def cmd_rl(a: argparse.Namespace) -> int:
     ev = res["evals"]
     if len(ev) >= 2:
         cs = res["check_seconds"]
-        print(f"done: {res['steps']} RL steps in {res['seconds']:.0f} s with vLLM sampling; held-out greedy accuracy "
-              f"{ev[0]['eval_accuracy']:.3f} -> {ev[-1]['eval_accuracy']:.3f}; checks {sum(cs) / max(len(cs), 1):.2f} s per "
-              "sync", file=sys.stderr)
+        print(f"done: {res['steps']} RL steps in {res['seconds']:.0f} s with vLLM sampling; held-out greedy "
+              f"accuracy {ev[0]['eval_accuracy']:.3f} -> {ev[-1]['eval_accuracy']:.3f}; checks "
+              f"{sum(cs) / max(len(cs), 1):.2f} s per sync", file=sys.stderr)
     return 0
 
 
@@ -96,16 +96,16 @@ def cmd_check(a: argparse.Namespace) -> int:
     from . import checks
     from .engine import VllmEngine
 
-    eng = VllmEngine(a.engine_model or a.model)
-    prev = None
-    if a.previous:
-        pb = Path(a.previous).read_bytes()
-        prev = bundle_mod.parse(pb)
-        eng.apply(pb, prev.version)
-    b = Path(a.bundle).read_bytes()
-    exp = bundle_mod.parse(b)
-    eng.apply(b, exp.version)
-    rs = checks.run(eng, exp, prev, {"agreement": False}, version=exp.version)
+    with VllmEngine(a.engine_model or a.model) as eng:
+        prev = None
+        if a.previous:
+            pb = Path(a.previous).read_bytes()
+            prev = bundle_mod.parse(pb)
+            eng.apply(pb, prev.version)
+        b = Path(a.bundle).read_bytes()
+        exp = bundle_mod.parse(b)
+        eng.apply(b, exp.version)
+        rs = checks.run(eng, exp, prev, {"agreement": False}, version=exp.version)
     for r in rs:
         if r["ran"]:
             print(f"{r['name']}: {'pass' if r['passed'] else 'FAIL'}")

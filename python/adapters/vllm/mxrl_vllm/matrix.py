@@ -83,7 +83,8 @@ def run_one(model: str, engine_model: str, fault: Optional[str], log, task: str)
             failed[int(s["version"])] = (bad, s.get("error", ""))
     before = sorted(v for v in failed if v < INJECT_AT)
     first = min((v for v in failed if v >= INJECT_AT), default=None)
-    row = {"fault": fault or "(clean)", "syncs": len(syncs), "trained_sequences": trained, "false_alarm_versions": before,
+    row = {"fault": fault or "(clean)", "syncs": len(syncs), "trained_sequences": trained,
+           "false_alarm_versions": before,
            "caught_at": first, "seconds": round(time.perf_counter() - t, 1)}
     if error:
         row["run_error"] = error  # after the syncs recorded above

@@ -19,8 +19,8 @@ PROMPT = list(range(1, 41))
 
 
 def models(checkpoint_factory, export_factory):
-    return {"dense": checkpoint_factory("tiny-dense", 0), "dense-mx": export_factory(checkpoint_factory("tiny-dense", 0)),
-            "moe": checkpoint_factory("tiny-moe", 0)}
+    dense = checkpoint_factory("tiny-dense", 0)
+    return {"dense": dense, "dense-mx": export_factory(dense), "moe": checkpoint_factory("tiny-moe", 0)}
 
 
 # What each engine is (the presets' shapes): a fault runs where it can apply.
