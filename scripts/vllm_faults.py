@@ -13,14 +13,13 @@ scripts/vllm.sh makes:
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
 
-from mxrl_vllm.matrix import markdown, run_matrix, write_task
+from mxrl_vllm.matrix import markdown, misses, run_matrix, write_reports, write_task
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,15 +71,10 @@ def main():
               f"{meta['torch']}. Made by `scripts/vllm_faults.py`. Each row: a 3-step GRPO run (mxrl's learner, vLLM "
               "sampling, checks on warn), the fault active from the sync that ends step 2; `caught at` is the first "
               "sync that failed a check. Versions 0 and 1 must pass (a failure there is a false alarm).")
-    for name, text in (("vllm-faults.json", json.dumps({"meta": meta, "results": results}, indent=1)),
-                       ("vllm-faults.md", markdown(results, header))):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, out / name)
+    write_reports(str(out), {"meta": meta, "results": results}, markdown(results, header))
     print(f"wrote {out}/vllm-faults.md", file=sys.stderr)
-    missed = [(r["engine_model"], row["fault"]) for r in results for row in r["rows"][1:]
-              if "skipped" not in row and not row.get("caught_by_expected")]
-    clean = [r["engine_model"] for r in results if r["rows"][0].get("caught_at") is not None]
+    missed = [(r["engine_model"], f) for r in results for f in misses(r)[0]]
+    clean = [r["engine_model"] for r in results if misses(r)[1]]
     if missed or clean:
         print(f"not caught at the first sync by their condition's check: {missed}; clean runs with findings: {clean}",
               file=sys.stderr)

@@ -67,25 +67,17 @@ def cmd_rl(a: argparse.Namespace) -> int:
 
 
 def cmd_faults(a: argparse.Namespace) -> int:
-    from .matrix import markdown, run_matrix
-
-    from .matrix import write_task
+    from .matrix import markdown, misses, run_matrix, write_reports, write_task
 
     only = [s for s in a.only.split(",") if s] if a.only else None
     os.makedirs(a.out, exist_ok=True)
     task = a.task or write_task(os.path.join(a.out, "task.jsonl"))
     res = run_matrix(a.model, task, a.engine_model, only, log=sys.stderr)
-    for name, text in (("vllm-faults.json", json.dumps(res, indent=1)),
-                       ("vllm-faults.md", markdown([res], "## Sync faults at vLLM's seams"))):
-        tmp = os.path.join(a.out, name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(text + "\n")
-        os.replace(tmp, os.path.join(a.out, name))
+    write_reports(a.out, res, markdown([res], "## Sync faults at vLLM's seams"))
     print(f"wrote {a.out}/vllm-faults.md and {a.out}/vllm-faults.json", file=sys.stderr)
-    missed = [r["fault"] for r in res["rows"][1:] if "skipped" not in r and not r.get("caught_by_expected")]
-    clean = res["rows"][0]
-    if clean.get("caught_at") is not None or missed:
-        print(f"faults: clean run {'raised findings' if clean.get('caught_at') is not None else 'clean'}; "
+    missed, clean_flagged = misses(res)
+    if clean_flagged or missed:
+        print(f"faults: clean run {'raised findings' if clean_flagged else 'clean'}; "
               f"not caught by their condition's check at the first sync: {missed or 'none'}", file=sys.stderr)
         return 1
     return 0

@@ -25,7 +25,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import faults as faults_mod
 from .checks import NAMES as CHECKS
@@ -139,3 +139,19 @@ def markdown(results: List[Dict[str, Any]], header: str) -> str:
                        f"{', '.join(row.get('failed_checks', []))} | {f[:160]} |")
         out.append("")
     return "\n".join(out)
+
+
+def misses(result: Dict[str, Any]) -> Tuple[List[str], bool]:
+    """(faults not caught at their first sync by their condition's check, whether the clean run raised findings)."""
+    missed = [r["fault"] for r in result["rows"][1:] if "skipped" not in r and not r.get("caught_by_expected")]
+    return missed, result["rows"][0].get("caught_at") is not None
+
+
+def write_reports(out_dir: str, payload: Any, md: str) -> None:
+    """vllm-faults.json (payload) and vllm-faults.md into out_dir, each written whole then renamed into place."""
+    for name, text in (("vllm-faults.json", json.dumps(payload, indent=1)), ("vllm-faults.md", md)):
+        tmp = os.path.join(out_dir, name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, os.path.join(out_dir, name))
+
