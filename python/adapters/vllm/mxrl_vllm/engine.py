@@ -243,14 +243,15 @@ class VllmEngine:
         return res
 
     # ---------------------------------------------------------------- refit
-    def apply(self, bundle: bytes, version: int) -> Dict[str, Any]:
+    def apply(self, bundle: bytes, version: int, parsed: Optional[bundle_mod.Expected] = None) -> Dict[str, Any]:
         """Sync weight `version` from an mxrl bundle: refit, repairs, prefix-cache reset; all or nothing.
 
+        parsed: bundle_mod.parse(bundle), when the caller has it already.
         Returns {"seconds", "tensors", "repairs": [...]}; raises (the engine
         serving the previous version whole, or refusing) when the refit fails.
         """
         t0 = time.perf_counter()
-        exp = bundle_mod.parse(bundle)
+        exp = parsed if parsed is not None else bundle_mod.parse(bundle)
         if exp.version != version:
             raise ValueError(f"bundle holds version {exp.version}, the sync is of version {version}")
         with self._lock:

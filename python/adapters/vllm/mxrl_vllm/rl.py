@@ -49,11 +49,13 @@ class VllmRemote:
     def sync(self, version: int, bundle: bytes, reference: Dict[str, Any]) -> Dict[str, Any]:
         # What the learner expects the engine to hold: its bundle as built with no fault injected
         # (a learner-side fault edits only what travels).
-        exp = bundle_mod.parse(reference.get("expected_bundle") or bundle)
+        want = reference.get("expected_bundle") or bundle
+        exp = bundle_mod.parse(want)
+        sent = exp if want == bundle else None  # no learner fault: what travelled is what is expected, parsed once
         t0 = time.perf_counter()
         applied, error = True, ""
         try:
-            self.engine.apply(bundle, version)
+            self.engine.apply(bundle, version, parsed=sent)
         except Exception as e:  # noqa: BLE001 - a refused or failed refit is the report's, not a crash
             applied, error = False, f"{type(e).__name__}: {e}"
         t1 = time.perf_counter()
