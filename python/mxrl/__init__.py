@@ -12,6 +12,9 @@ module ``mxrl._mxrl``; this package re-exports it:
 - ``mxrl.rl``: ``start`` / ``resume`` a GRPO run (``RlRun``) whose rollout and weight
   sync a Python object does (e.g. an adapter over another inference engine).
 - ``mxrl.faults``: ``catalogue()``, the sync faults with their names and conditions.
+- ``mxrl.tasks.problems`` and ``mxrl.stats`` (``match_sums``, ``bootstrap_mean``,
+  ``bootstrap_ratio``): what an experiment over another engine needs to measure
+  exactly as ``mxrl experiment matching`` does.
 
 Arrays are read in place (numpy, or torch and others through DLPack) and results
 are numpy arrays (``torch.from_dlpack`` shares their memory). Errors the CLI
@@ -33,7 +36,7 @@ from ._mxrl import (  # noqa: F401
     quantize,
     tensor_seed,
 )
-from . import faults, rl, sync  # noqa: F401
+from . import faults, rl, stats, sync, tasks  # noqa: F401
 
 __all__ = [
     "__version__",
@@ -49,6 +52,8 @@ __all__ = [
     "fp8_quantize",
     "quantize",
     "rl",
+    "stats",
     "sync",
+    "tasks",
     "tensor_seed",
 ]

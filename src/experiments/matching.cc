@@ -85,22 +85,27 @@ std::vector<PromptSums> measure_matching(const std::string& model_dir, const Mat
     const size_t P = seq.size();
     seq.insert(seq.end(), g.tokens.begin(), g.tokens.end());
     const std::vector<float> rows = sequence_logits(ref, seq, exec);
-    PromptSums& p = out[static_cast<size_t>(g.request)];
-    for (size_t t = 0; t < g.tokens.size(); ++t) {
-      const float* rl = &rows[(P + t - 1) * V];
-      const float* rs = &g.logits[t * V];
-      const double lp_l = token_logprob(rl, V, cfg.temperature, g.tokens[t], scratch);
-      const double lp_s = token_logprob(rs, V, cfg.temperature, g.tokens[t], scratch);
-      const double d = lp_l - lp_s;
-      ++p.tokens;
-      p.kl += exact_kl(rs, rl, V, cfg.temperature);
-      p.k3 += std::exp(d) - 1 - d;
-      p.abs_dlogp += std::abs(d);
-      p.abs_dlogp_max = std::max(p.abs_dlogp_max, std::abs(d));
-      p.unequal += d != 0;
-    }
+    add_sample(out[static_cast<size_t>(g.request)], g.logits.data(), &rows[(P - 1) * V], g.tokens.data(),
+               static_cast<int64_t>(g.tokens.size()), V, cfg.temperature, scratch);
   }
   return out;
+}
+
+void add_sample(PromptSums& p, const float* sampler_rows, const float* learner_rows, const int32_t* tokens, int64_t T,
+                int64_t V, float temperature, std::vector<float>& scratch) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* rl = &learner_rows[t * V];
+    const float* rs = &sampler_rows[t * V];
+    const double lp_l = token_logprob(rl, V, temperature, tokens[t], scratch);
+    const double lp_s = token_logprob(rs, V, temperature, tokens[t], scratch);
+    const double d = lp_l - lp_s;
+    ++p.tokens;
+    p.kl += exact_kl(rs, rl, V, temperature);
+    p.k3 += std::exp(d) - 1 - d;
+    p.abs_dlogp += std::abs(d);
+    p.abs_dlogp_max = std::max(p.abs_dlogp_max, std::abs(d));
+    p.unequal += d != 0;
+  }
 }
 
 namespace {

@@ -56,6 +56,12 @@ struct PromptSums {
   int64_t unequal = 0;  // tokens whose log-probs differ at all
 };
 
+// Adds one sample's T generated tokens to p: rows [T, V] of the sampler and
+// the learner at each generated token (logits, or log-probs: either is
+// softmaxed at `temperature`), tokens [T] the sampled ones. scratch: [V].
+void add_sample(PromptSums& p, const float* sampler_rows, const float* learner_rows, const int32_t* tokens, int64_t T,
+                int64_t V, float temperature, std::vector<float>& scratch);
+
 // The per-prompt sums of one configuration on one model; `exec` runs the
 // learner, the sampler runs it too (with EngineOptions::forward.gemm_split_k = split_k when > 1).
 std::vector<PromptSums> measure_matching(const std::string& model_dir, const MatchSetup& s, const MatchingConfig& cfg,
