@@ -117,7 +117,7 @@ struct PySampler {
 
 nb::list py_generate(const PySampler& s, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
                   int64_t max_new_tokens, float temperature, float top_p, int64_t top_k, uint64_t seed,
-                  std::optional<std::vector<int64_t>> stop_tokens) {
+                  std::optional<std::vector<int64_t>> stop_tokens, bool full_rows) {
   GenerateOptions o;
   o.n = n;
   o.max_new_tokens = max_new_tokens;
@@ -129,6 +129,7 @@ nb::list py_generate(const PySampler& s, const std::vector<std::vector<int32_t>>
   o.stop_tokens = generation_stop_tokens(s.model.model->config(), !stop_tokens, listed, "stop_tokens");
   o.kv_budget = s.kv_budget;
   o.prefix_sharing = s.prefix_sharing;
+  o.record_logits = full_rows;
   std::vector<GeneratedSample> samples;
   {
     nb::gil_scoped_release unlocked;
@@ -144,6 +145,13 @@ nb::list py_generate(const PySampler& s, const std::vector<std::vector<int32_t>>
     d["finish_reason"] = finish_reason_name(g.finish);
     d["version"] = g.version;
     if (s.model.tokenizer) d["text"] = s.model.tokenizer->decode(g.tokens);
+    if (full_rows) {
+      float* p = nullptr;
+      const int64_t V = s.model.model->config().vocab_size;
+      auto rows = new_array<float>({static_cast<int64_t>(g.tokens.size()), V}, &p);
+      std::copy(g.logits.begin(), g.logits.end(), p);
+      d["logits"] = rows;
+    }
     nb::cast<nb::list>(out[g.request]).append(d);
   }
   return out;
@@ -198,7 +206,7 @@ batching.)doc")
            "``kv_budget``: KV cache positions reserved at once; results do not depend on it or on prefix sharing.")
       .def("generate", &py_generate, nb::arg("prompts"), nb::arg("n") = 1, nb::arg("max_new_tokens") = 64,
            nb::arg("temperature") = 1.0f, nb::arg("top_p") = 1.0f, nb::arg("top_k") = 0, nb::arg("seed") = 0,
-           nb::arg("stop_tokens") = nb::none(),
+           nb::arg("stop_tokens") = nb::none(), nb::arg("full_rows") = false,
            R"doc(Sample ``n`` completions of each prompt (lists of token ids). Returns, per prompt, a list of
 dicts: tokens (int32), logprobs (float32, at the sampling temperature), finish_reason
 ("stop" or "length"), version, and text when the model has a tokenizer. A sample depends
@@ -206,7 +214,8 @@ only on (seed, prompt index, sample index): the same as `mxrl generate --seed` o
 prompts. ``stop_tokens``: None for the default, the model's EOS token (config.json
 eos_token_id, the first if it lists several): the one stop of `mxrl generate` and of RL
 and SFT rollouts, so a sample here reproduces a rollout. Chat tokens such as
-<|im_end|> stop only when listed; a list replaces the default.)doc");
+<|im_end|> stop only when listed; a list replaces the default. ``full_rows``: each sample also
+carries ``logits`` [tokens, vocab], the raw FP32 logit rows its tokens were sampled from.)doc");
 }
 
 }  // namespace mxrl

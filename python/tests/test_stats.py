@@ -71,3 +71,18 @@ def test_problems_are_deterministic_and_eval_never_meets_train():
         mxrl.tasks.problems("nope")
     with pytest.raises(ValueError, match="split"):
         mxrl.tasks.problems("addition", "dev")
+
+
+def test_sampler_full_rows_are_the_learners_logits_on_its_grid(tiny_dense):
+    m = mxrl.Model.load(tiny_dense, "mxfp8")
+    prompt = [3, 4, 5, 6]
+    (samples,) = mxrl.Sampler(m).generate([prompt], n=2, max_new_tokens=5, seed=3, full_rows=True)
+    for g in samples:
+        t = len(g["tokens"])
+        assert g["logits"].shape == (t, m.logits(prompt).shape[1])
+        learner = m.logits(prompt + list(g["tokens"]))[len(prompt) - 1:len(prompt) - 1 + t]
+        assert np.array_equal(learner, g["logits"])
+        sums = mxrl.stats.match_sums(g["logits"], np.ascontiguousarray(learner), list(g["tokens"]))
+        assert sums["kl"] == 0.0 and sums["unequal"] == 0
+    (plain,) = mxrl.Sampler(m).generate([prompt], n=1, max_new_tokens=5, seed=3)
+    assert "logits" not in plain[0]

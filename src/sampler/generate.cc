@@ -34,6 +34,7 @@ std::vector<GeneratedSample> generate(std::shared_ptr<const Model> model,
   EngineOptions eo;
   eo.kv_budget_tokens = o.kv_budget;
   eo.prefix_sharing = o.prefix_sharing;
+  eo.record_logits = o.record_logits;
   eo.max_prefill_tokens = std::max(eo.max_prefill_tokens, cfg.max_position_embeddings);  // any valid prompt fits
   Engine engine(std::move(model), /*version=*/0, eo, exec);
   for (size_t i = 0; i < prompts.size(); ++i) {

@@ -29,6 +29,7 @@ struct GenerateOptions {
   std::vector<int32_t> stop_tokens;                      // generation_stop_tokens
   int64_t kv_budget = EngineOptions{}.kv_budget_tokens;  // KV cache positions reserved at once
   bool prefix_sharing = true;
+  bool record_logits = false;  // keep each sample's raw FP32 logit rows (GeneratedSample::logits)
   // How the front end spells the two limits in its errors ("--max-new-tokens", "max_new_tokens").
   std::string max_new_tokens_name = "max_new_tokens", kv_budget_name = "kv_budget";
 };
