@@ -106,6 +106,49 @@ def cmd_check(a: argparse.Namespace) -> int:
     return 0 if all(r["passed"] for r in rs) else 1
 
 
+def _stamp() -> str:
+    import datetime
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{datetime.date.today().isoformat()}, mxrl {mxrl_version()}, {cpu}, {os.cpu_count()} cores"
+
+
+def mxrl_version() -> str:
+    import mxrl
+
+    return mxrl.__version__
+
+
+def cmd_experiment(a: argparse.Namespace) -> int:
+    from . import experiment
+
+    models = {k: v for k, v in (("tiny-dense", a.dense_model), ("tiny-moe", a.moe_model)) if v}
+    if not models:
+        raise ValueError("give --dense-model and/or --moe-model (SFT-trained checkpoints)")
+    seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    configs = [x for x in a.configs.split(",") if x.strip()] or None
+    out = Path(a.out)
+    res = experiment.run(models, str(out / "engine.json"), configs=configs, task=a.task, seeds=seeds,
+                         prompts=a.prompts, samples=a.samples, bootstrap=a.bootstrap,
+                         progress=lambda s: print(s, file=sys.stderr, flush=True))
+    res["stamp"] = a.stamp or _stamp()
+    experiment.write_json(str(out / "engine.json"), res)
+    md = out / "engine.md"
+    tmp = md.with_name(md.name + ".tmp")
+    tmp.write_text(experiment.markdown(res, f"Measured {res['stamp']}.") + "\n")
+    os.replace(tmp, md)
+    print(f"mxrl-vllm: wrote {out / 'engine.json'} and {md} in {res['seconds']:.0f} s", file=sys.stderr)
+    return 0
+
+
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(prog="mxrl-vllm", description="vLLM as mxrl's sampler: RL, the fault matrix, checks")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -134,6 +177,20 @@ def main(argv: List[str] = None) -> int:
     c.add_argument("--bundle", required=True)
     c.add_argument("--previous", help="a bundle applied first (version v-1)")
     c.set_defaults(fn=cmd_check)
+    e = sub.add_parser("experiment", help="the report's real-engine part: exact KL(sampler || learner) per sampler "
+                       "configuration (vLLM's kernels, mxrl's inside vLLM, mxrl's own) with bootstrap CIs")
+    e.add_argument("--dense-model", default="", help="the dense SFT warm start")
+    e.add_argument("--moe-model", default="", help="the MoE SFT warm start")
+    e.add_argument("--out", required=True, help="output directory (engine.json, engine.md)")
+    e.add_argument("--configs", default="", help="comma-separated configurations (default: all of "
+                   "mxrl_vllm.experiment.CONFIGS)")
+    e.add_argument("--task", default="addition:digits=3", help="the task the held-out prompts come from")
+    e.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (prompts and sampling)")
+    e.add_argument("--prompts", type=int, default=128, help="held-out prompts per seed")
+    e.add_argument("--samples", type=int, default=4, help="samples per prompt")
+    e.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    e.add_argument("--stamp", default="", help="the date/commit/CPU line (default: today, mxrl's version, this CPU)")
+    e.set_defaults(fn=cmd_experiment)
     a = p.parse_args(argv)
     try:
         return a.fn(a)
