@@ -149,6 +149,24 @@ def cmd_experiment(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(a: argparse.Namespace) -> int:
+    from . import bench, experiment
+
+    out = Path(a.out)
+    res = bench.run([x for x in a.shapes.split(",") if x], str(out / "engine_speed.json"),
+                    samplers=[x for x in a.samplers.split(",") if x], plans=[x for x in a.plans.split(",") if x],
+                    batches=[int(x) for x in a.batches.split(",") if x], rounds=a.rounds, prompt_len=a.prompt_len,
+                    new_tokens=a.new_tokens, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    res["stamp"] = a.stamp or _stamp()
+    experiment.write_json(str(out / "engine_speed.json"), res)
+    md = out / "engine_speed.md"
+    tmp = md.with_name(md.name + ".tmp")
+    tmp.write_text(bench.markdown(res, f"Measured {res['stamp']}.") + "\n")
+    os.replace(tmp, md)
+    print(f"mxrl-vllm: wrote {out / 'engine_speed.json'} and {md}", file=sys.stderr)
+    return 0
+
+
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(prog="mxrl-vllm", description="vLLM as mxrl's sampler: RL, the fault matrix, checks")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -191,6 +209,18 @@ def main(argv: List[str] = None) -> int:
     e.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     e.add_argument("--stamp", default="", help="the date/commit/CPU line (default: today, mxrl's version, this CPU)")
     e.set_defaults(fn=cmd_experiment)
+    b = sub.add_parser("bench", help="generation tokens/s: vLLM (its kernels, mxrl's inside it) against mxrl's "
+                       "sampler, interleaved")
+    b.add_argument("--out", required=True, help="output directory (engine_speed.json, engine_speed.md)")
+    b.add_argument("--shapes", default="tiny-dense,tiny-moe,qwen3-0.6b", help="random-weight models")
+    b.add_argument("--samplers", default="vllm,vllm-mxrl-linear,vllm-mxrl,mxrl")
+    b.add_argument("--plans", default="bf16,mxfp8")
+    b.add_argument("--batches", default="1,32")
+    b.add_argument("--rounds", type=int, default=3, help="interleaved rounds (the median is reported)")
+    b.add_argument("--prompt-len", type=int, default=16)
+    b.add_argument("--new-tokens", type=int, default=32)
+    b.add_argument("--stamp", default="", help="the date/commit/CPU line (default: today, mxrl's version, this CPU)")
+    b.set_defaults(fn=cmd_bench)
     a = p.parse_args(argv)
     try:
         return a.fn(a)
