@@ -31,7 +31,7 @@ struct ForwardWorkspace {
   std::vector<int32_t> experts;
   std::vector<int64_t> expert_rows;
   std::vector<ExpertLinears> expert_linears;  // a MoE layer's experts [E]
-  std::vector<float> rows_x;  // the asked-for rows before the lm_head
+  std::vector<float> rows_x;                  // the asked-for rows before the lm_head
 };
 
 }  // namespace mxrl
