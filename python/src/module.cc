@@ -14,6 +14,7 @@ void bind_model(nb::module_& m);
 void bind_sync(nb::module_& m);
 void bind_faults(nb::module_& m);
 void bind_rl(nb::module_& m);
+void bind_ops(nb::module_& m);
 }  // namespace mxrl
 
 NB_MODULE(_mxrl, m) {
@@ -31,4 +32,5 @@ NB_MODULE(_mxrl, m) {
   mxrl::bind_sync(m);
   mxrl::bind_faults(m);
   mxrl::bind_rl(m);
+  mxrl::bind_ops(m);  // the submodule mxrl._mxrl.ops
 }
