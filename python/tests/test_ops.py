@@ -129,7 +129,7 @@ def test_ops_recompose_the_learners_forward(request, which, plan):
     assert_bitwise(got["logits"], m.logits(tokens), "logits vs Model.logits")
 
 
-@pytest.mark.parametrize("plan", ["mxfp8", "bf16"])
+@pytest.mark.parametrize("plan", ["mxfp8", "bf16", "mxfp8+fp8kv"])
 @pytest.mark.parametrize("which", ["tiny_dense", "tiny_moe"])
 def test_trace_decode_equals_prefill(request, which, plan):
     m = mxrl.Model.load(request.getfixturevalue(which), plan)
@@ -202,7 +202,6 @@ def test_linear_precisions_and_payload():
         got = ops.Linear(w, precision=prec).forward(x)
         assert np.abs(got - ref).max() < 0.2 * np.abs(ref).max(), prec
     assert np.abs(ops.Linear(w, precision="fp32").forward(x) - ref).max() < 1e-5
-    assert ops.Linear(w, precision="bf16").codes is not None
     one_line(ValueError, ops.Linear(w, precision="bf16").codes)
 
 
