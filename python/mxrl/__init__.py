@@ -6,8 +6,11 @@ module ``mxrl._mxrl``; this package re-exports it:
 - ``quantize`` / ``dequantize``: MX block quantization (E4M3 ... E2M1, E8M0 scales);
   ``fp8_quantize`` / ``fp8_dequantize``: the FP8 grids of other engines;
   ``format_info`` / ``elem_grid``: the element formats.
-- ``Model.load(dir, plan)`` with ``.score`` and ``.logits``; ``Sampler(model).generate``;
-  ``Tokenizer``.
+- ``Model.load(dir, plan)`` with ``.score``, ``.logits`` and ``.trace`` (every activation
+  of the learner's forward pass by name); ``Sampler(model).generate``; ``Tokenizer``.
+- ``mxrl.ops``: the forward pass's kernels one by one (``Linear``, ``rmsnorm``, ``rope``,
+  ``attention``, ``swiglu``, ``moe_route``, ``MoeExperts``, ``log_softmax``, plans), for
+  another engine to compute the learner's bits on its own tensors.
 - ``mxrl.sync``: ``export``, ``inspect``, ``verify``, ``verify_dump``, ``check_names``.
 - ``mxrl.rl``: ``start`` / ``resume`` a GRPO run (``RlRun``) whose rollout and weight
   sync a Python object does (e.g. an adapter over another inference engine).
@@ -36,7 +39,7 @@ from ._mxrl import (  # noqa: F401
     quantize,
     tensor_seed,
 )
-from . import faults, rl, stats, sync, tasks  # noqa: F401
+from . import faults, ops, rl, stats, sync, tasks  # noqa: F401
 
 __all__ = [
     "__version__",
@@ -50,6 +53,7 @@ __all__ = [
     "format_info",
     "fp8_dequantize",
     "fp8_quantize",
+    "ops",
     "quantize",
     "rl",
     "stats",

@@ -37,6 +37,7 @@ std::string dtype_str(const AnyArray& a) {
 }
 
 void require_contiguous(const AnyArray& a, const char* label) {
+  if (a.size() == 0) return;  // nothing to read (numpy gives empty arrays arbitrary strides)
   int64_t expect = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect)

@@ -12,15 +12,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <variant>
 
 #include "arrays.h"
 #include "interop/compressed_tensors.h"
+#include "kernels/ops/ops.h"
 #include "model/checkpoint.h"
 #include "model/digest.h"
+#include "model/forward.h"
 #include "model/score.h"
 #include "py_model.h"
 #include "sampler/engine.h"
@@ -109,6 +113,105 @@ nb::ndarray<nb::numpy, float> logits(const PyModel& m, const std::vector<int32_t
   return out;
 }
 
+// Model.trace: the learner's forward of one sequence with a ForwardTrace, as
+// named arrays (keys in the docstring of bind_model). step 0: one forward()
+// over every token; step s: s tokens per forward() through the KV cache.
+nb::dict trace(const PyModel& m, const std::vector<int32_t>& tokens, int64_t step) {
+  const ModelConfig& c = m.model->config();
+  if (tokens.empty()) throw nb::value_error("tokens: empty sequence");
+  if (static_cast<int64_t>(tokens.size()) > c.max_position_embeddings)
+    throw nb::value_error(fmt::format("tokens: {} tokens exceed the model's max_position_embeddings {}", tokens.size(),
+                                      c.max_position_embeddings)
+                              .c_str());
+  if (step < 0) throw nb::value_error(fmt::format("step must be >= 0, got {}", step).c_str());
+  check_tokens(tokens, c.vocab_size, "tokens");
+  const int64_t n = static_cast<int64_t>(tokens.size()), H = c.hidden_size, V = c.vocab_size;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size, L = c.num_hidden_layers;
+  // name -> (row width, values [n, width]), in the order returned.
+  std::vector<std::pair<std::string, std::pair<int64_t, std::vector<float>>>> out;
+  {
+    nb::gil_scoped_release unlocked;
+    const Exec exec{m.pool.get()};
+    KvCache cache(c);
+    const int slot = cache.add_sequence();
+    ForwardWorkspace ws;
+    std::vector<ForwardTrace> calls;  // one per forward()
+    std::vector<float> logits(n * V);
+    const int64_t chunk = step == 0 ? n : step;
+    for (int64_t p0 = 0; p0 < n; p0 += chunk) {
+      TokenBatch b;
+      for (int64_t i = p0; i < std::min(n, p0 + chunk); ++i) b.add(tokens[i], slot, i);
+      calls.emplace_back();
+      forward(*m.model, cache, b, logits.data() + p0 * V, exec, nullptr, &calls.back(), &ws);
+    }
+    auto put = [&](const std::string& name, int64_t width, std::vector<float> v) {
+      out.push_back({name, {width, std::move(v)}});
+    };
+    // The rows of every call, in order: field(t) is one call's [rows, width].
+    auto rows = [&](auto field) {
+      std::vector<float> v;
+      for (const ForwardTrace& t : calls) v.insert(v.end(), field(t).begin(), field(t).end());
+      return v;
+    };
+    auto of_layer = [&](int64_t l, std::vector<float> LayerTrace::*f) {
+      return rows([=](const ForwardTrace& t) -> const std::vector<float>& { return t.layers[l].*f; });
+    };
+    // Layer l's keys or values at positions 0 .. n-1 as the cache holds them [n, kv_dim].
+    auto cached = [&](int64_t l, bool keys) {
+      std::vector<float> v(n * kvd);
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(&v[i * kvd], keys ? cache.k(slot, l, i) : cache.v(slot, l, i), kvd * sizeof(float));
+      return v;
+    };
+    // Row-wise concatenation of (a[n, wa], wa), (b[n, wb], wb), ... -> [n, wa + wb + ...].
+    auto concat = [&](std::initializer_list<std::pair<const std::vector<float>*, int64_t>> parts) {
+      size_t total = 0;
+      for (const auto& part : parts) total += part.first->size();
+      std::vector<float> v;
+      v.reserve(total);
+      for (int64_t i = 0; i < n; ++i)
+        for (const auto& [a, w] : parts) v.insert(v.end(), a->begin() + i * w, a->begin() + (i + 1) * w);
+      return v;
+    };
+    put("embed", H, of_layer(0, &LayerTrace::x_in));
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string p = fmt::format("layers.{}.", l);
+      put(p + "input_layernorm", H, of_layer(l, &LayerTrace::xn1));
+      const std::vector<float> q_raw = of_layer(l, &LayerTrace::q_raw), k_raw = of_layer(l, &LayerTrace::k_raw);
+      const std::vector<float> v = cached(l, false);
+      put(p + "qkv_proj", qd + 2 * kvd, concat({{&q_raw, qd}, {&k_raw, kvd}, {&v, kvd}}));
+      put(p + "rotary_q", qd, of_layer(l, &LayerTrace::q));
+      put(p + "rotary_k", kvd, cached(l, true));
+      put(p + "attn", qd, of_layer(l, &LayerTrace::att));
+      put(p + "residual_mid", H, of_layer(l, &LayerTrace::x_mid));
+      put(p + "post_attention_layernorm", H, of_layer(l, &LayerTrace::xn2));
+      if (m.model->layer(l).moe) {
+        put(p + "router", c.num_experts, of_layer(l, &LayerTrace::router_logits));
+      } else {
+        const std::vector<float> g = of_layer(l, &LayerTrace::gate), u = of_layer(l, &LayerTrace::up);
+        put(p + "gate_up_proj", 2 * F, concat({{&g, F}, {&u, F}}));
+        put(p + "act", F, of_layer(l, &LayerTrace::h));
+      }
+      put(p + "out", H,
+          l + 1 < L ? of_layer(l + 1, &LayerTrace::x_in)
+                    : rows([](const ForwardTrace& t) -> const std::vector<float>& { return t.x_final; }));
+    }
+    put("norm", H, rows([](const ForwardTrace& t) -> const std::vector<float>& { return t.xn_final; }));
+    std::vector<float> lp(n * V);
+    log_softmax_forward(lp.data(), logits.data(), n, V, exec);
+    out.push_back({"logits", {V, std::move(logits)}});
+    out.push_back({"logprobs", {V, std::move(lp)}});
+  }
+  nb::dict d;
+  for (const auto& [name, a] : out) {
+    float* p = nullptr;
+    auto arr = new_array<float>({n, a.first}, &p);
+    std::copy(a.second.begin(), a.second.end(), p);
+    d[name.c_str()] = arr;
+  }
+  return d;
+}
+
 struct PySampler {
   PyModel model;
   int64_t kv_budget;
@@ -116,8 +219,8 @@ struct PySampler {
 };
 
 nb::list py_generate(const PySampler& s, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
-                  int64_t max_new_tokens, float temperature, float top_p, int64_t top_k, uint64_t seed,
-                  std::optional<std::vector<int64_t>> stop_tokens, bool full_rows) {
+                     int64_t max_new_tokens, float temperature, float top_p, int64_t top_k, uint64_t seed,
+                     std::optional<std::vector<int64_t>> stop_tokens, bool full_rows) {
   GenerateOptions o;
   o.n = n;
   o.max_new_tokens = max_new_tokens;
@@ -182,8 +285,21 @@ void bind_model(nb::module_& m) {
 export) and prepare it under ``plan``: fp32, bf16, mxfp8, mxfp8-half, mxfp8-floor,
 fp8-block128, fp8-tensor (+fp8kv), or a plan .toml. ``threads``: 0 for every core.)doc")
       .def_prop_ro(
-          "config", [](const PyModel& p) { return json_to_py(p.model->config().to_json()); },
-          "The model's config.json fields.")
+          "config",
+          [](const PyModel& p) {
+            const ModelConfig& c = p.model->config();
+            nlohmann::json j = c.to_json();
+            // Keys config.json leaves out where unused, so that every model answers them.
+            for (const char* k : {"num_experts", "num_experts_per_tok", "moe_intermediate_size"})
+              if (!j.contains(k)) j[k] = 0;
+            if (!j.contains("norm_topk_prob")) j["norm_topk_prob"] = c.norm_topk_prob;
+            if (!j.contains("intermediate_size")) j["intermediate_size"] = c.intermediate_size;
+            return json_to_py(j);
+          },
+          "The model's config.json fields (hidden_size, num_hidden_layers, num_attention_heads, "
+          "num_key_value_heads, head_dim, intermediate_size, rms_norm_eps, rope_theta, vocab_size, "
+          "tie_word_embeddings, ...), with num_experts, num_experts_per_tok, moe_intermediate_size (0) and "
+          "norm_topk_prob for dense models too.")
       .def_prop_ro(
           "plan", [](const PyModel& p) { return p.model->plan().name; }, "The precision plan's name.")
       .def_prop_ro(
@@ -198,7 +314,24 @@ fp8-block128, fp8-tensor (+fp8kv), or a plan .toml. ``threads``: 0 for every cor
 prompt_len .. len-1 of each (``prompt_len``: one int or one per sequence). One float32
 array per sequence, bit for bit those of `mxrl score` and of the sampler, whatever the
 batching.)doc")
-      .def("logits", &logits, nb::arg("tokens"), "FP32 logits [len, vocab] of one sequence.");
+      .def("logits", &logits, nb::arg("tokens"), "FP32 logits [len, vocab] of one sequence.")
+      .def("trace", &trace, nb::arg("tokens"), nb::arg("step") = 0,
+           R"doc(The learner's forward pass of one sequence (token ids), every activation by name:
+float32 arrays [n, width] (n = len(tokens), H hidden, F intermediate, E experts):
+
+- ``embed`` [n, H]: the embeddings (layer 0's input);
+- per layer l, ``layers.{l}.`` + ``input_layernorm`` [n, H]; ``qkv_proj`` [n, q_dim + 2 kv_dim]
+  (q | k | v projections; v as the KV cache holds it, so on the FP8 grid under an
+  +fp8kv plan); ``rotary_q`` [n, q_dim] and ``rotary_k`` [n, kv_dim] (after q_norm / k_norm
+  and RoPE; k from the KV cache); ``attn`` [n, q_dim] (o_proj's input); ``residual_mid``
+  [n, H]; ``post_attention_layernorm`` [n, H]; dense layers: ``gate_up_proj`` [n, 2F]
+  (gate | up) and ``act`` [n, F] (SwiGLU); MoE layers: ``router`` [n, E] (router logits);
+  ``out`` [n, H] (the residual stream leaving the layer);
+- ``norm`` [n, H] (after the final norm), ``logits`` [n, vocab], ``logprobs`` [n, vocab].
+
+step 0: one forward() over all tokens (the learner's pass); step s > 0: s tokens per
+forward() through the KV cache (1: the sampler's decode), the calls' rows concatenated.
+Every step gives the same bits: the learner/sampler contract.)doc");
 
   nb::class_<PySampler>(m, "Sampler", "The rollout engine (batched generation with a KV cache) over a Model.")
       .def(nb::init<PyModel, int64_t, bool>(), nb::arg("model"),

@@ -15,6 +15,7 @@ void bind_sync(nb::module_& m);
 void bind_faults(nb::module_& m);
 void bind_rl(nb::module_& m);
 void bind_stats(nb::module_& m);
+void bind_ops(nb::module_& m);
 }  // namespace mxrl
 
 NB_MODULE(_mxrl, m) {
@@ -33,4 +34,5 @@ NB_MODULE(_mxrl, m) {
   mxrl::bind_faults(m);
   mxrl::bind_rl(m);
   mxrl::bind_stats(m);
+  mxrl::bind_ops(m);  // the submodule mxrl._mxrl.ops
 }

@@ -1,4 +1,5 @@
 #include "model/forward.h"
+#include "model/moe.h"
 #include "model/workspace.h"
 
 #include <algorithm>
@@ -249,11 +250,10 @@ void mlp(const PreparedLinear& gate, const PreparedLinear& up, const PreparedLin
   down.forward(h, m, y, w.scratch, exec, fo);
 }
 
-// Sparse MoE block: route each row, run each expert on its rows (in expert
-// order), and sum weight * output into y in ascending expert order.
+// Sparse MoE block: route each row, then the experts (moe_experts).
 void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t m, float* y, ForwardWorkspace& ws,
          const Exec& exec, const ForwardOptions& fo, LayerTrace* t) {
-  const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.num_experts_per_tok;
+  const int64_t E = cfg.num_experts, K = cfg.num_experts_per_tok;
   std::vector<float>& logits = ws.router_logits;
   std::vector<int32_t>& experts = ws.experts;
   std::vector<float>& weights = ws.route_weights;
@@ -264,8 +264,19 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
     t->router_logits.assign(logits.begin(), logits.end());
     t->experts.assign(experts.begin(), experts.end());
     t->weights.assign(weights.begin(), weights.end());
-    t->expert.resize(E);
   }
+  std::vector<ExpertLinears>& ls = ws.expert_linears;
+  ls.resize(E);
+  for (int64_t e = 0; e < E; ++e) ls[e] = {&L.expert_gate[e], &L.expert_up[e], &L.expert_down[e]};
+  moe_experts(ls, x, m, cfg.hidden_size, experts.data(), weights.data(), K, y, ws, exec, fo, t);
+}
+}  // namespace
+
+void moe_experts(std::span<const ExpertLinears> linears, const float* x, int64_t m, int64_t H, const int32_t* experts,
+                 const float* weights, int64_t K, float* y, ForwardWorkspace& ws, const Exec& exec,
+                 const ForwardOptions& fo, LayerTrace* t) {
+  const int64_t E = static_cast<int64_t>(linears.size());
+  if (t) t->expert.resize(E);
   std::fill(y, y + m * H, 0.0f);
   std::vector<float>& xe = ws.expert_x;
   std::vector<float>& ye = ws.expert_y;
@@ -287,13 +298,13 @@ void moe(const PreparedLayer& L, const ModelConfig& cfg, const float* x, int64_t
     float* xr = into(et ? &et->x : nullptr, me * H, xe.data());
     float* yr = into(et ? &et->y : nullptr, me * H, ye.data());
     for (int64_t i = 0; i < me; ++i) std::memcpy(&xr[i * H], x + rows[i] * H, H * sizeof(float));
-    mlp(L.expert_gate[e], L.expert_up[e], L.expert_down[e], xr, me, yr, ws, exec, fo, et ? &et->gate : nullptr,
-        et ? &et->up : nullptr, et ? &et->h : nullptr);
+    const ExpertLinears& le = linears[e];
+    mlp(*le.gate, *le.up, *le.down, xr, me, yr, ws, exec, fo, et ? &et->gate : nullptr, et ? &et->up : nullptr,
+        et ? &et->h : nullptr);
     for (int64_t i = 0; i < me; ++i)
       for (int64_t d = 0; d < H; ++d) y[rows[i] * H + d] = y[rows[i] * H + d] + yr[i * H + d] * w[i];
   }
 }
-}  // namespace
 
 void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* logits, const Exec& exec,
              const std::vector<int64_t>* rows, ForwardTrace* trace, ForwardWorkspace* workspace,

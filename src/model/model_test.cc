@@ -16,6 +16,7 @@
 #include "model/checkpoint.h"
 #include "model/forward.h"
 #include "model/init.h"
+#include "model/moe.h"
 #include "model/score.h"
 #include "testing/small_config.h"
 #include "util/error.h"
@@ -113,6 +114,41 @@ TEST(Model, PlansChangeResultsButStayClose) {
   // 3 mantissa bits lose more than 8.
   EXPECT_LT(mean_diff["bf16"], mean_diff["mxfp8"]);
   EXPECT_NE(mean_diff["mxfp8+fp8kv"], mean_diff["mxfp8"]);  // the FP8 cache is not a no-op
+}
+
+// moe_experts (the loop mxrl.ops.MoeExperts runs too) on a traced pass's
+// post-attention norm and routing reproduces the layer's output bit for bit.
+TEST(Model, MoeExpertsAloneGiveTheLayersOutput) {
+  ParamTable params(small_test_config(true));
+  init_params(params, 7, 0.2f);
+  const Model model(params, PrecisionPlan::named("mxfp8"));
+  const ModelConfig& c = model.config();
+  KvCache cache(c);
+  const int s = cache.add_sequence();
+  TokenBatch b;
+  for (int64_t i = 0; i < 11; ++i) b.add(static_cast<int32_t>((i * 7 + 3) % c.vocab_size), s, i);
+  const int64_t n = b.size(), H = c.hidden_size;
+  std::vector<float> logits(n * c.vocab_size);
+  ForwardTrace trace;
+  ThreadPool pool(3);
+  forward(model, cache, b, logits.data(), {&pool}, nullptr, &trace);
+  int moe_layers = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const PreparedLayer& L = model.layer(l);
+    const LayerTrace& t = trace.layers[l];
+    if (!L.moe) continue;
+    ++moe_layers;
+    std::vector<ExpertLinears> ls;
+    for (size_t e = 0; e < L.expert_gate.size(); ++e)
+      ls.push_back({&L.expert_gate[e], &L.expert_up[e], &L.expert_down[e]});
+    std::vector<float> y(n * H);
+    ForwardWorkspace ws;
+    moe_experts(ls, t.xn2.data(), n, H, t.experts.data(), t.weights.data(), c.num_experts_per_tok, y.data(), ws, {});
+    const std::vector<float>& out = l + 1 < c.num_hidden_layers ? trace.layers[l + 1].x_in : trace.x_final;
+    for (int64_t i = 0; i < n * H; ++i)
+      ASSERT_EQ(f32_bits(t.x_mid[i] + y[i]), f32_bits(out[i])) << "layer " << l << " element " << i;
+  }
+  EXPECT_GT(moe_layers, 0);
 }
 
 TEST(Model, MxfpPlanNeedsKMultipleOf32) {

@@ -10,6 +10,12 @@
 
 namespace mxrl {
 
+struct PreparedLinear;
+// One expert's SwiGLU MLP for moe_experts (model/moe.h): gate/up [F, H], down [H, F].
+struct ExpertLinears {
+  const PreparedLinear *gate, *up, *down;
+};
+
 struct ForwardWorkspace {
   // Residual stream, its normalization, attention [n, H] / [n, q_dim] / [n, kv_dim].
   std::vector<float> x, xn, q, k, v, att, y;
@@ -24,7 +30,8 @@ struct ForwardWorkspace {
   std::vector<float> router_logits, route_weights, expert_x, expert_y, expert_w;
   std::vector<int32_t> experts;
   std::vector<int64_t> expert_rows;
-  std::vector<float> rows_x;  // the asked-for rows before the lm_head
+  std::vector<ExpertLinears> expert_linears;  // a MoE layer's experts [E]
+  std::vector<float> rows_x;                  // the asked-for rows before the lm_head
 };
 
 }  // namespace mxrl
