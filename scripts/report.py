@@ -710,6 +710,57 @@ def faults_section(fj, md):
     return "\n\n".join(parts)
 
 
+# ---------------------------------------------------------------- 4. a real engine
+
+def engine_section(out):
+    """The engine part (mxrl-vllm experiment / bench / diverge): their markdown, a KL plot, diverge's plots."""
+    parts = ["## 4. A real engine: vLLM as the sampler"]
+    md, speed = read_text(os.path.join(out, "engine.md")), read_text(os.path.join(out, "engine_speed.md"))
+    ej = os.path.join(out, "engine.json")
+    if md is None or not os.path.exists(ej):
+        drop_stale(out, "engine_kl.png")
+        parts.append("Not run (no `engine.json`; `mxrl experiment engine` runs it where vLLM is installed).")
+    else:
+        with open(ej) as f:
+            e = json.load(f)
+        parts.append(demote(md))
+        parts.append(save_fig(plot_engine(e), out, "engine_kl.png"))
+    if speed is not None:
+        parts.append("### Throughput\n\n" + demote(speed))
+    for name in sorted(os.listdir(out)):
+        if name.startswith("diverge-") and name.endswith(".md"):
+            parts.append(demote(read_text(os.path.join(out, name))))
+            png = name[:-3] + ".png"
+            if os.path.exists(os.path.join(out, png)):
+                parts.append(f"![{png[:-4]}]({png})")
+    return "\n\n".join(parts)
+
+
+def plot_engine(e):
+    presets = list(e["presets"])
+    fig, axes = plt.subplots(1, len(presets), figsize=(6 * len(presets), 3.6), squeeze=False)
+    for ax, preset in zip(axes[0], presets):
+        rows = e["presets"][preset]["rows"]
+        names = list(rows)
+        floor = min([r["kl"] for r in rows.values() if r["kl"] > 0] or [1e-12]) / 10
+        vals = [max(rows[n]["kl"], floor) for n in names]
+        err = [[max(rows[n]["kl"] - max(rows[n]["lo"], floor), 0) for n in names],
+               [max(rows[n]["hi"] - rows[n]["kl"], 0) for n in names]]
+        bars = ax.bar(range(len(names)), vals, yerr=err, capsize=3,
+                      color=["#bbbbbb" if rows[n]["kl"] == 0 else "#4477aa" for n in names])
+        for b, n in zip(bars, names):
+            if rows[n]["kl"] == 0:
+                ax.annotate("0 (bitwise)", (b.get_x() + b.get_width() / 2, floor), ha="center", va="bottom",
+                            fontsize=7, rotation=90)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        ax.set_title(preset)
+        ax.set_ylabel("exact KL(sampler || learner) / token")
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------- README
 
 def header(m, rep):
@@ -740,7 +791,7 @@ def main(argv):
     rep, faults_md = load(p("report.json"), REPORT), read_text(p("faults", "faults.md"))
     readme = "\n\n".join([
         header(m, rep), matching_section(m, rl, out), speed_section(sp, traces, out),
-        faults_section(fj, faults_md),
+        faults_section(fj, faults_md), engine_section(out),
         "## How to regenerate\n\n`mxrl report --out DIR` (full) or `mxrl report --quick --out DIR` (quick). "
         "To rebuild only this page and its plots from the JSON: `/usr/bin/python3 scripts/report.py DIR`."]) + "\n"
     write_atomic(p("README.md"), readme)

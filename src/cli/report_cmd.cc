@@ -52,6 +52,9 @@ void add_options(CLI::App* c, ReportArgs& a) {
   c->add_option("--python", a.cfg.python, "Python with matplotlib that draws the report")->capture_default_str();
   c->add_option("--script", a.cfg.script, "The report script (default: the source tree's scripts/report.py)");
   c->add_flag("!--no-render", a.cfg.render, "Write the JSON only");
+  c->add_option("--engine-python", a.cfg.engine_python,
+                "Engine part: a Python with vLLM and mxrl-vllm (default: the source tree's build-py/venv, which "
+                "scripts/vllm.sh makes)");
   add_threads_option(c, &a.threads);
 }
 }  // namespace
@@ -73,7 +76,7 @@ void add_report_commands(CLI::App& app) {
 
   auto e = std::make_shared<ReportArgs>();
   auto* x = app.add_subcommand("experiment", "Run one experiment of the report and re-render it");
-  x->add_option("name", e->part, "matching, rl-kl, speed or faults")->required()->check(CLI::IsMember(report_parts()));
+  x->add_option("name", e->part, "matching, rl-kl, speed, faults or engine (a live vLLM engine as the sampler)")->required()->check(CLI::IsMember(report_parts()));
   add_options(x, *e);
   x->callback([e, x] {
     if (!e->config.empty()) apply_config_file(x, e->config);

@@ -29,13 +29,16 @@
 #ifndef MXRL_REPORT_SCRIPT
 #define MXRL_REPORT_SCRIPT "scripts/report.py"
 #endif
+#ifndef MXRL_ENGINE_PYTHON
+#define MXRL_ENGINE_PYTHON "build-py/venv/bin/python"
+#endif
 
 namespace mxrl {
 
 namespace fs = std::filesystem;
 using Progress = std::function<void(const std::string&)>;
 
-std::vector<std::string> report_parts() { return {"matching", "rl-kl", "speed", "faults"}; }
+std::vector<std::string> report_parts() { return {"matching", "rl-kl", "speed", "faults", "engine"}; }
 
 namespace {
 std::string today() {
@@ -200,28 +203,67 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
 }
 }  // namespace
 
-void render_report(const std::string& dir, const std::string& python, const std::string& script) {
-  const std::string s = script.empty() ? std::string(MXRL_REPORT_SCRIPT) : script;
-  if (!fs::exists(s)) fail("report: the plotting script {} is missing (--script PATH)", s);
+namespace {
+// Runs argv[0] with its arguments (MXRL_BIN set to this program, for the
+// scripts that call the CLI back); returns its exit status, 127 when it could not start.
+int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const pid_t pid = fork();
-  if (pid < 0) fail("report: cannot start {}", python);
+  if (pid < 0) return 127;
   if (pid == 0) {
-    execl(python.c_str(), python.c_str(), s.c_str(), dir.c_str(), static_cast<char*>(nullptr));
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) self[n] = 0, setenv("MXRL_BIN", self, 0);
+    execv(args[0], args.data());
     _exit(127);
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) == 127)
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// The real-engine part: mxrl-vllm's experiment (exact KL per sampler
+// configuration), its throughput bench and diverge, run by the Python that has
+// vLLM and the adapter (scripts/vllm.sh installs them into build-py/venv).
+void run_engine_part(const ReportConfig& cfg, const WarmStarts& w, const Progress& progress) {
+  const std::string py = cfg.engine_python.empty() ? std::string(MXRL_ENGINE_PYTHON) : cfg.engine_python;
+  if (!fs::exists(py))
+    fail("report: engine part: {} is missing (run scripts/vllm.sh, or pass --engine-python)", py);
+  std::vector<std::vector<std::string>> runs = {
+      {py, "-m", "mxrl_vllm", "experiment", "--dense-model", w.dense, "--moe-model", w.moe, "--task", cfg.task,
+       "--out", cfg.out},
+      {py, "-m", "mxrl_vllm", "bench", "--out", cfg.out}};
+  if (cfg.quick) {
+    for (const char* a : {"--seeds", "0", "--prompts", "8", "--samples", "2", "--bootstrap", "100"})
+      runs[0].push_back(a);
+    for (const char* a : {"--shapes", "tiny-dense", "--rounds", "1", "--new-tokens", "8"}) runs[1].push_back(a);
+  } else if (!cfg.qwen_shape) {
+    for (const char* a : {"--shapes", "tiny-dense,tiny-moe"}) runs[1].push_back(a);
+  }
+  for (const auto& argv : runs) {
+    progress(fmt::format("engine: {} {}", argv[3], argv[3] == "bench" ? "(throughput)" : "(exact KL per sampler)"));
+    const int rc = run_program(argv);
+    if (rc != 0) fail("report: engine part: {} -m mxrl_vllm {} failed (exit {})", py, argv[3], rc);
+  }
+}
+}  // namespace
+
+void render_report(const std::string& dir, const std::string& python, const std::string& script) {
+  const std::string s = script.empty() ? std::string(MXRL_REPORT_SCRIPT) : script;
+  if (!fs::exists(s)) fail("report: the plotting script {} is missing (--script PATH)", s);
+  const int rc = run_program({python, s, dir});
+  if (rc == 127)
     fail("report: could not run {} (install python3-matplotlib, or pass --python); the JSON is in {}", python, dir);
-  if (WEXITSTATUS(status) != 0)
-    fail("report: {} {} failed (exit {}); the JSON is in {}", python, s, WEXITSTATUS(status), dir);
+  if (rc != 0) fail("report: {} {} failed (exit {}); the JSON is in {}", python, s, rc, dir);
 }
 
 void run_report(const ReportConfig& cfg, const Progress& progress_in, const Exec& exec) {
   const Progress progress = progress_in ? progress_in : [](const std::string&) {};
   for (const std::string& p : cfg.parts)
     if (std::find(report_parts().begin(), report_parts().end(), p) == report_parts().end())
-      fail("report: unknown part '{}' (matching, rl-kl, speed, faults)", p);
+      fail("report: unknown part '{}' (matching, rl-kl, speed, faults, engine)", p);
   auto wanted = [&](const char* p) { return std::find(cfg.parts.begin(), cfg.parts.end(), p) != cfg.parts.end(); };
   fs::create_directories(cfg.out);
   // report.json keeps each part's run (mode, date, seconds): `mxrl experiment` reruns one and keeps the rest.
@@ -276,6 +318,7 @@ void run_report(const ReportConfig& cfg, const Progress& progress_in, const Exec
         f.only = {"drop-tensor", "stale-scales", "stale-prefix-cache"};
       write_fault_matrix(run_fault_matrix(f, progress, exec), (fs::path(cfg.out) / "faults").string());
     });
+  if (wanted("engine")) timed("engine", [&] { run_engine_part(cfg, w, progress); });
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   double total = 0;

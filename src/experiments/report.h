@@ -7,6 +7,10 @@
 //   speed.json     the micro-batch sweep with its fit, and the RL step-time
 //                  split for the bf16 and mxfp8 recipes with matching samplers;
 //   faults/        the fault matrix (experiments/fault_matrix.h);
+//   engine.json    (part "engine", asked for by name) a live vLLM engine as the
+//                  sampler: exact KL per configuration with bootstrap CIs, and
+//                  engine_speed.json, generation throughput beside mxrl's sampler
+//                  (mxrl-vllm experiment / bench, python/adapters/vllm);
 //   report.json    mode, wall time, date, machine.
 // Warm starts (SFT-trained tiny dense and MoE presets) are trained under
 // DIR/warm/ unless given. --quick runs every part at a size small enough for
@@ -31,10 +35,13 @@ struct ReportConfig {
   bool qwen_shape = true;  // speed: also time RL steps on the Qwen3-0.6B shape (full mode)
   std::string python = "/usr/bin/python3";
   std::string script;  // "" : the source tree's scripts/report.py
+  // The engine part (not among the default parts): a Python with vLLM and mxrl-vllm
+  // ("" : the source tree's build-py/venv/bin/python, where scripts/vllm.sh installs them).
+  std::string engine_python;
   bool render = true;  // run the script after the experiments
 };
 
-std::vector<std::string> report_parts();  // matching, rl-kl, speed, faults
+std::vector<std::string> report_parts();  // matching, rl-kl, speed, faults, engine
 
 // Runs the parts, writes their JSON into cfg.out (atomically), then renders.
 // `progress` gets one line per measurement.
