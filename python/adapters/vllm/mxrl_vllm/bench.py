@@ -121,10 +121,58 @@ def applicable(sampler: str, plan: str, model_dir: str) -> Optional[str]:
     return None
 
 
+def _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, new_tokens, wd, progress):
+    """Workers for every sampler under plan p, a warm-up, then `rounds` interleaved rounds over (sampler, batch)."""
+    workers, skipped = {}, {}
+    try:
+        for s in samplers:
+            why = applicable(s, p, model_dir)
+            if why:
+                skipped[f"{s} {p}"] = why
+                continue
+            a, b = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(b, s, p, model_dir, str(wd)), daemon=True)
+            proc.start()
+            msg = a.recv()
+            if "error" in msg:
+                skipped[f"{s} {p}"] = msg["error"]
+                proc.join()
+                continue
+            workers[(s, p)] = (a, proc)
+            progress(f"bench: {shape}: {s} {p} loaded")
+        keys = [(w, b) for w in workers for b in batches]
+        for (s, _), b in keys:  # warm-up, untimed: a sampler's first call of a batch size pays one-off costs
+            a, _ = workers[(s, p)]
+            a.send({"batch": b, "prompt_len": prompt_len, "new_tokens": min(new_tokens, 4)})
+            if "error" in (m := a.recv()):
+                raise RuntimeError(f"{shape} {s} {p} batch {b}: {m['error']}")
+        times: Dict[str, List[float]] = {}
+        for r in range(rounds):
+            order = keys[r % len(keys):] + keys[:r % len(keys)] if keys else []
+            for (s, _), b in order:
+                a, _ = workers[(s, p)]
+                a.send({"batch": b, "prompt_len": prompt_len, "new_tokens": new_tokens})
+                m = a.recv()
+                if "error" in m:
+                    raise RuntimeError(f"{shape} {s} {p} batch {b}: {m['error']}")
+                times.setdefault(f"{s}|{b}", []).append(m["tokens"] / m["seconds"])
+            progress(f"bench: {shape} {p}: round {r + 1}/{rounds} done")
+    finally:
+        for a, proc in workers.values():
+            a.send(None)
+            proc.join(timeout=60)
+    rows = []
+    for k, v in times.items():
+        s, b = k.split("|")
+        rows.append({"sampler": s, "plan": p, "batch": int(b), "tok_s": statistics.median(v), "min": min(v),
+                     "max": max(v), "runs": v})
+    return rows, skipped
+
+
 def run(shapes: List[str], out: str, *, samplers=SAMPLERS, plans=("bf16", "mxfp8"), batches=(1, 32),
         rounds: int = 3, prompt_len: int = 16, new_tokens: int = 32, work: Optional[str] = None,
         progress: Callable[[str], None] = print) -> Dict[str, Any]:
-    """Per shape: start a worker per (sampler, plan), then `rounds` interleaved rounds over (worker, batch)."""
+    """Per shape and plan: a worker per sampler, then `rounds` interleaved rounds over (sampler, batch)."""
     from .experiment import write_json
 
     if rounds < 1 or prompt_len < 1 or new_tokens < 1 or any(b < 1 for b in batches):
@@ -140,48 +188,11 @@ def run(shapes: List[str], out: str, *, samplers=SAMPLERS, plans=("bf16", "mxfp8
                                       "batches": list(batches), "plans": list(plans), "samplers": list(samplers)},
                            "shapes": {}}
     for shape, model_dir in models.items():
-        workers, skipped = {}, {}
-        for s in samplers:
-            for p in plans:
-                why = applicable(s, p, model_dir)
-                if why:
-                    skipped[f"{s} {p}"] = why
-                    continue
-                a, b = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(b, s, p, model_dir, str(wd)), daemon=True)
-                proc.start()
-                msg = a.recv()
-                if "error" in msg:
-                    skipped[f"{s} {p}"] = msg["error"]
-                    proc.join()
-                    continue
-                workers[(s, p)] = (a, proc)
-                progress(f"bench: {shape}: {s} {p} loaded")
-        times: Dict[str, List[float]] = {}
-        keys = [(w, b) for w in workers for b in batches]
-        for (s, p), b in keys:  # warm-up, untimed: a sampler's first call of a batch size pays one-off costs
-            a, _ = workers[(s, p)]
-            a.send({"batch": b, "prompt_len": prompt_len, "new_tokens": min(new_tokens, 4)})
-            if "error" in (m := a.recv()):
-                raise RuntimeError(f"{shape} {s} {p} batch {b}: {m['error']}")
-        for r in range(rounds):
-            order = keys[r % len(keys):] + keys[:r % len(keys)] if keys else []
-            for (s, p), b in order:
-                a, _ = workers[(s, p)]
-                a.send({"batch": b, "prompt_len": prompt_len, "new_tokens": new_tokens})
-                m = a.recv()
-                if "error" in m:
-                    raise RuntimeError(f"{shape} {s} {p} batch {b}: {m['error']}")
-                times.setdefault(f"{s}|{p}|{b}", []).append(m["tokens"] / m["seconds"])
-            progress(f"bench: {shape}: round {r + 1}/{rounds} done")
-        for a, proc in workers.values():
-            a.send(None)
-            proc.join(timeout=60)
-        rows = []
-        for k, v in times.items():
-            s, p, b = k.split("|")
-            rows.append({"sampler": s, "plan": p, "batch": int(b), "tok_s": statistics.median(v), "min": min(v),
-                         "max": max(v), "runs": v})
+        rows, skipped = [], {}
+        for p in plans:  # one plan's samplers alive at a time (a 0.6B model per worker adds up)
+            r, sk = _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, new_tokens, wd, progress)
+            rows += r
+            skipped.update(sk)
         res["shapes"][shape] = {"rows": rows, "skipped": skipped}
     write_json(out, res)
     return res
