@@ -449,8 +449,9 @@ def parse_opts(items: Sequence[str]) -> Dict[str, Dict[str, Any]]:
     return opts
 
 
-def execute(a: argparse.Namespace, log=sys.stderr) -> int:
+def execute(a: argparse.Namespace, log=None) -> int:
     """Runs a parsed `diverge` command line; returns the exit status (1: some engine failed)."""
+    log = log or sys.stderr
     if not Path(a.checkpoint, "config.json").is_file():
         raise ValueError(f"{a.checkpoint}: not a checkpoint directory (no config.json)")
     names = a.engine or ["mxrl"]

@@ -8,10 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-import mxrl
 from mxrl import diverge
 
-HAS_TRACE = hasattr(mxrl.Model, "trace")
 
 
 def f32(*v):
@@ -117,7 +115,6 @@ def test_cli_help():
     assert r.returncode == 2 and "unknown subcommand" in r.stderr
 
 
-@pytest.mark.skipif(not HAS_TRACE, reason="this mxrl build has no Model.trace yet")
 @pytest.mark.parametrize("preset", ["tiny_dense", "tiny_moe"])
 def test_mxrl_sampler_equals_learner(preset, request, tmp_path):
     d = request.getfixturevalue(preset)

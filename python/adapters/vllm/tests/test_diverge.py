@@ -7,10 +7,8 @@ import math
 import numpy as np
 import pytest
 
-import mxrl
 from mxrl import diverge as dv
 
-HAS_TRACE = hasattr(mxrl.Model, "trace")
 N = 32
 PER_LAYER = ["input_layernorm", "qkv_proj", "rotary_q", "rotary_k", "attn", "residual_mid",
              "post_attention_layernorm"]
@@ -78,7 +76,6 @@ def test_captures_every_point(captured, preset):
     assert np.abs(ref - got["logprobs"]).max() < 1e-4
 
 
-@pytest.mark.skipif(not HAS_TRACE, reason="this mxrl build has no Model.trace yet")
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
 def test_first_divergence_against_learner(captured, preset):
     d, toks, got, _ = captured(preset)
@@ -91,7 +88,6 @@ def test_first_divergence_against_learner(captured, preset):
     assert all(math.isfinite(r["max_abs"]) and math.isfinite(r["rel_l2"]) for r in rows)
 
 
-@pytest.mark.skipif(not HAS_TRACE, reason="this mxrl build has no Model.trace yet")
 def test_cli_writes_reports(checkpoint_factory, tmp_path, capsys):
     from mxrl_vllm.__main__ import main
 
