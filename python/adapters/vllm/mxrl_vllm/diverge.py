@@ -239,13 +239,25 @@ def capture(model_dir: str, plan: str = "mxfp8", tokens: Sequence[int] = (), *, 
     """
     if engine is not None:
         return capture_live(engine, tokens)
-    from .engine import VllmEngine
+    import shutil
+    from pathlib import Path
 
-    eng = VllmEngine(str(engine_model or model_dir), **_engine_kwargs(kernels, engine_kwargs))
+    from .engine import VllmEngine
+    from .rl import stage_checkpoint
+
+    kw = _engine_kwargs(kernels, engine_kwargs)
+    staged = None
+    if engine_model is None and [p for p in Path(model_dir).glob("*.safetensors") if p.name != "model.safetensors"]:
+        staged = engine_model = stage_checkpoint(model_dir)  # a training state: vLLM would load the optimizer's too
     try:
-        return capture_live(eng, tokens)
+        eng = VllmEngine(str(engine_model or model_dir), **kw)
+        try:
+            return capture_live(eng, tokens)
+        finally:
+            eng.close()
     finally:
-        eng.close()
+        if staged:
+            shutil.rmtree(staged, ignore_errors=True)
 
 
 def capture_mxrl_linear(model_dir: str, plan: str = "mxfp8", tokens: Sequence[int] = (),
