@@ -217,7 +217,8 @@ def capture_live(engine: Any, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
     return res
 
 
-def _engine_kwargs(kernels: Optional[str], extra: Dict[str, Any]) -> Dict[str, Any]:
+def _engine_kwargs(kernels: Optional[str], plan: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+    """VllmEngine's arguments: `kernels` and (for mxrl's kernels, which compute under it) the learner's plan."""
     from .engine import VllmEngine
 
     kw = dict(extra)
@@ -226,6 +227,8 @@ def _engine_kwargs(kernels: Optional[str], extra: Dict[str, Any]) -> Dict[str, A
         if "kernels" not in params:
             raise ValueError(f"kernels={kernels!r}: this mxrl_vllm's VllmEngine has no kernels option yet")
         kw["kernels"] = kernels
+        if "plan" in params and kernels != "vllm":
+            kw.setdefault("plan", plan)
     return kw
 
 
@@ -245,7 +248,7 @@ def capture(model_dir: str, plan: str = "mxfp8", tokens: Sequence[int] = (), *, 
     from .engine import VllmEngine
     from .rl import stage_checkpoint
 
-    kw = _engine_kwargs(kernels, engine_kwargs)
+    kw = _engine_kwargs(kernels, plan, engine_kwargs)
     staged = None
     if engine_model is None and [p for p in Path(model_dir).glob("*.safetensors") if p.name != "model.safetensors"]:
         staged = engine_model = stage_checkpoint(model_dir)  # a training state: vLLM would load the optimizer's too

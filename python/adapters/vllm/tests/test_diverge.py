@@ -114,3 +114,23 @@ def test_engines_registered_and_kernels_option(checkpoint_factory):
     if "kernels" not in inspect.signature(VllmEngine.__init__).parameters:
         with pytest.raises(ValueError, match="no kernels option"):
             vd.capture_mxrl_linear(str(checkpoint_factory("tiny-dense", 0)), "mxfp8", [1, 2, 3])
+
+
+def _has_kernels():
+    import inspect
+
+    from mxrl_vllm.engine import VllmEngine
+
+    return "kernels" in inspect.signature(VllmEngine.__init__).parameters
+
+
+@pytest.mark.skipif(not _has_kernels(), reason="this mxrl_vllm's VllmEngine has no kernels option")
+@pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
+def test_vllm_with_mxrl_kernels_equals_learner(checkpoint_factory, preset):
+    """kernels='mxrl' on a BF16 checkpoint: every captured point bitwise the learner's."""
+    from mxrl_vllm.diverge import capture_mxrl
+
+    d = checkpoint_factory(preset, 0)
+    toks = tokens(dv.vocab_size(str(d)), seed=7)
+    rows = dv.compare(dv.learner_trace(str(d), "mxfp8", toks), capture_mxrl(str(d), "mxfp8", toks))
+    assert [(r["name"], r["status"]) for r in rows if r["status"] != "equal"] == []
