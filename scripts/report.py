@@ -727,12 +727,12 @@ def engine_section(out):
         parts.append(save_fig(plot_engine(e), out, "engine_kl.png"))
     if speed is not None:
         parts.append("### Throughput\n\n" + demote(speed))
-    for name in sorted(os.listdir(out)):
-        if name.startswith("diverge-") and name.endswith(".md"):
-            parts.append(demote(read_text(os.path.join(out, name))))
-            png = name[:-3] + ".png"
-            if os.path.exists(os.path.join(out, png)):
-                parts.append(f"![{png[:-4]}]({png})")
+    for name in sorted(os.listdir(out)):  # diverge-dense/, diverge-moe/: python -m mxrl diverge's output
+        md = read_text(os.path.join(out, name, "diverge.md")) if name.startswith("diverge-") else None
+        if md is not None:
+            parts.append(demote(md))
+            if os.path.exists(os.path.join(out, name, "diverge.png")):
+                parts.append(f"![{name}]({name}/diverge.png)")
     return "\n\n".join(parts)
 
 

@@ -235,6 +235,11 @@ void run_engine_part(const ReportConfig& cfg, const WarmStarts& w, const Progres
       {py, "-m", "mxrl_vllm", "experiment", "--dense-model", w.dense, "--moe-model", w.moe, "--task", cfg.task,
        "--out", cfg.out},
       {py, "-m", "mxrl_vllm", "bench", "--out", cfg.out}};
+  // diverge: where each engine first departs from the learner, one process per model.
+  for (const auto& [name, dir] : {std::pair{"dense", w.dense}, std::pair{"moe", w.moe}})
+    runs.push_back({py, "-m", "mxrl_vllm", "diverge", dir, "--plan", "mxfp8", "--engine", "mxrl", "--engine", "vllm",
+                    "--engine", "vllm-mxrl-linear", "--engine", "vllm-mxrl", "--out",
+                    (fs::path(cfg.out) / fmt::format("diverge-{}", name)).string()});
   if (cfg.quick) {
     for (const char* a : {"--seeds", "0", "--prompts", "8", "--samples", "2", "--bootstrap", "100"})
       runs[0].push_back(a);
@@ -243,9 +248,9 @@ void run_engine_part(const ReportConfig& cfg, const WarmStarts& w, const Progres
     for (const char* a : {"--shapes", "tiny-dense,tiny-moe"}) runs[1].push_back(a);
   }
   for (const auto& argv : runs) {
-    progress(fmt::format("engine: {} {}", argv[3], argv[3] == "bench" ? "(throughput)" : "(exact KL per sampler)"));
+    progress(fmt::format("engine: {} -m {} {}", py, argv[2], argv[3]));
     const int rc = run_program(argv);
-    if (rc != 0) fail("report: engine part: {} -m mxrl_vllm {} failed (exit {})", py, argv[3], rc);
+    if (rc != 0) fail("report: engine part: {} -m {} {} failed (exit {})", py, argv[2], argv[3], rc);
   }
 }
 }  // namespace

@@ -3,6 +3,7 @@
   mxrl-vllm rl --model CKPT --out DIR [--engine-model DIR] [--set KEY=VALUE ...] [--inject F[@STEP] ...]
   mxrl-vllm faults --model CKPT --out DIR [--engine-model DIR] [--only F,G] [--task T]
   mxrl-vllm check --model CKPT --bundle FILE [--previous FILE] [--engine-model DIR]
+  mxrl-vllm diverge CKPT --plan mxfp8 [--engine vllm ...] [--tokens 1,2,3 | --prompt-len N --seed S] --out DIR
 
 Settings are mxrl's own RL fields (`mxrl rl --help` lists them; mxrl validates
 them): --set steps=100 --set task=addition:digits=3 --set optim.lr=1e-4.
@@ -167,6 +168,17 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diverge(a: argparse.Namespace) -> int:
+    from mxrl import diverge as dv
+
+    from .diverge import register_engines
+
+    register_engines()  # found without the entry points too (a source checkout)
+    if not a.engine:
+        a.engine = ["mxrl", "vllm"]
+    return dv.execute(a)
+
+
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(prog="mxrl-vllm", description="vLLM as mxrl's sampler: RL, the fault matrix, checks")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -221,6 +233,12 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--new-tokens", type=int, default=32)
     b.add_argument("--stamp", default="", help="the date/commit/CPU line (default: today, mxrl's version, this CPU)")
     b.set_defaults(fn=cmd_bench)
+    d = sub.add_parser("diverge", help="where vLLM's forward pass first differs from mxrl's learner, per layer and "
+                       "op (diverge.md/.json/.png; engines default: mxrl vllm)")
+    from mxrl.diverge import add_arguments
+
+    add_arguments(d)
+    d.set_defaults(fn=cmd_diverge)
     a = p.parse_args(argv)
     try:
         return a.fn(a)
