@@ -82,6 +82,8 @@ else
   echo "vllm.sh: vLLM installed in $((SECONDS - t0)) s ($(du -sh "$venv" | cut -f1) in $venv)"
 fi
 
+# diverge draws its plot with matplotlib (mxrl.diverge.plot); the report's engine part runs in this venv.
+"$py" -c "import matplotlib" 2>/dev/null || "${pip[@]}" matplotlib
 echo "vllm.sh: installing python/adapters/vllm (mxrl-vllm)"
 "${pip[@]}" --no-deps --no-build-isolation ./python/adapters/vllm
 echo "vllm.sh: pytest python/adapters/vllm/tests"
