@@ -189,7 +189,13 @@ def _prepare_linears(layer: torch.nn.Module, weight: Optional[torch.Tensor], cod
         else:
             c = codes[r:r + s].contiguous().view(torch.uint8).numpy()
             sc = scales[r:r + s].contiguous().numpy()
-            lins.append(ops.Linear(codes=c, scales=sc, precision=prec, name=name))
+            if prec.startswith("mxfp8"):
+                lins.append(ops.Linear(codes=c, scales=sc, precision=prec, name=name))
+            else:  # the plan computes this linear at another precision: from the payload's exact values
+                import mxrl
+
+                w = np.ascontiguousarray(mxrl.dequantize(c, sc, elem="e4m3", axis=-1), dtype=np.float32)
+                lins.append(ops.Linear(w, precision=prec, name=name))
         r += s
     layer.mxrl_linears = lins
     layer.mxrl_kinds = kinds
