@@ -32,7 +32,7 @@ def engine_for(checkpoint_factory):
 
     def make(preset, plan, kernels="mxrl"):
         key = (preset, plan, kernels)
-        if key not in held:
+        if key not in held or held[key].llm is None:  # new, or closed by a test that changed its weights
             for e in held.values():
                 e.close()
             held.clear()
@@ -169,3 +169,19 @@ def test_sampled_logprobs_are_the_learners_scoring_bitwise(preset, plan, engine_
         ref = [lp[p - 1 + t, tok] for t, tok in enumerate(s["tokens"])]
         got = np.asarray(s["logprobs"], np.float32)
         assert same(got, ref), float(np.abs(got.astype(np.float64) - np.asarray(ref, np.float64)).max())
+
+
+@pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
+def test_after_a_refit_the_engine_is_the_new_weights_learner_bitwise(preset, engine_for, checkpoint_factory, bundles):
+    """The mxrl copies are re-prepared by vLLM's refit (reload_weights re-runs process_weights_after_loading)."""
+    e = engine_for(preset, "mxfp8")
+    b1, _ = bundles(preset)  # mxfp8 ship bundle of the seed-1 checkpoint
+    e.apply(b1, 1)
+    try:
+        rows = e.prompt_logprobs(SEQS[:2])
+        m = mxrl.Model.load(str(checkpoint_factory(preset, 1)), "mxfp8")
+        for s, r in zip(SEQS[:2], rows):
+            ref = np.asarray(m.trace(s)["logprobs"], np.float32)[: len(s) - 1]
+            assert same(r, ref), float(np.abs(r.astype(np.float64) - ref).max())
+    finally:
+        e.close()  # its weights are no longer the checkpoint's
