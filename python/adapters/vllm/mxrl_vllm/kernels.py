@@ -289,8 +289,17 @@ def _wrap_moe_method(layer: torch.nn.Module) -> None:
         _prepare_experts(lyr)  # checkpoint layout, before vLLM's CPU re-pack
         base.process_weights_after_loading(self, lyr)
 
+    def apply(self, lyr, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
+        # Given routing (a checker's probe; the forward itself routes in forward_modular): mxrl's expert loop.
+        if not _on("experts") or getattr(lyr, "mxrl_experts", None) is None or shared_experts is not None:
+            return base.apply(self, lyr, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
+        xf = x.to(torch.float32).contiguous().numpy()
+        ids = topk_ids.to(torch.int32).contiguous().numpy()
+        w = topk_weights.to(torch.float32).contiguous().numpy()
+        return torch.from_numpy(np.asarray(lyr.mxrl_experts.forward(xf, ids, w))).to(x.dtype)
+
     qm.__class__ = type(f"Mxrl{base.__name__}", (base,), {
-        "process_weights_after_loading": process_weights_after_loading, "_mxrl_wrapped": True,
+        "process_weights_after_loading": process_weights_after_loading, "apply": apply, "_mxrl_wrapped": True,
         "__module__": __name__})
 
 

@@ -185,3 +185,17 @@ def test_after_a_refit_the_engine_is_the_new_weights_learner_bitwise(preset, eng
             assert same(r, ref), float(np.abs(r.astype(np.float64) - ref).max())
     finally:
         e.close()  # its weights are no longer the checkpoint's
+
+
+def test_an_mxfp8_export_computes_from_its_codes_as_the_learner(tiny_dense_mx, checkpoint_factory, engine_for):
+    """An MXFP8 compressed-tensors export: the linears are prepared from the codes and scales the plugin keeps."""
+    engine_for("tiny-dense", "bf16").close()  # one live engine at a time
+    with VllmEngine(tiny_dense_mx, kernels="mxrl", plan="mxfp8", max_model_len=256) as e:
+        kinds = e.call(lambda model: sorted({type(m.quant_method).__name__ for _, m in model.named_modules()
+                                             if getattr(m, "mxrl_linears", None) is not None}))
+        rows = e.prompt_logprobs(SEQS[:2])
+    assert any("CompressedTensors" in k for k in kinds), kinds
+    m = mxrl.Model.load(str(checkpoint_factory("tiny-dense", 0)), "mxfp8")
+    for s, r in zip(SEQS[:2], rows):
+        ref = np.asarray(m.trace(s)["logprobs"], np.float32)[: len(s) - 1]
+        assert same(r, ref), float(np.abs(r.astype(np.float64) - ref).max())
