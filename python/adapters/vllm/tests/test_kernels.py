@@ -173,11 +173,19 @@ def test_sampled_logprobs_are_the_learners_scoring_bitwise(preset, plan, engine_
 
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
 def test_after_a_refit_the_engine_is_the_new_weights_learner_bitwise(preset, engine_for, checkpoint_factory, bundles):
-    """The mxrl copies are re-prepared by vLLM's refit (reload_weights re-runs process_weights_after_loading)."""
+    """The mxrl copies are re-prepared by vLLM's refit (reload_weights re-runs process_weights_after_loading).
+
+    The sync checks pass on it: they read the mxrl ops (an F32-held BF16 value is no exception there, and the
+    expert probe is compared with mxrl's expert, exactly)."""
     e = engine_for(preset, "mxfp8")
     b1, _ = bundles(preset)  # mxfp8 ship bundle of the seed-1 checkpoint
     e.apply(b1, 1)
     try:
+        from mxrl_vllm import bundle as B
+        from mxrl_vllm import checks as C
+
+        report = C.run(e, B.parse(b1), None, {"agreement": False}, version=1)
+        assert {c["name"]: c["findings"] for c in report if c["ran"] and not c["passed"]} == {}
         rows = e.prompt_logprobs(SEQS[:2])
         m = mxrl.Model.load(str(checkpoint_factory(preset, 1)), "mxfp8")
         for s, r in zip(SEQS[:2], rows):
