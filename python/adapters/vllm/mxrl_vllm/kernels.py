@@ -223,7 +223,8 @@ def _wrap_quant_method(layer: torch.nn.Module) -> None:
         return
     base = type(qm)
 
-    def process_weights_after_loading(self, lyr: torch.nn.Module) -> None:
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        lyr = layer  # (the base's parameter name: vLLM may pass it by keyword)
         w = getattr(lyr, "weight", None)
         if w is not None and not w.is_meta and w.numel() > 0 and w.dtype in (torch.float32, torch.bfloat16,
                                                                               torch.float16):
@@ -240,7 +241,8 @@ def _wrap_quant_method(layer: torch.nn.Module) -> None:
                              f"(dtype {None if w is None else w.dtype}, scale "
                              f"{None if s is None else s.dtype})")
 
-    def apply(self, lyr: torch.nn.Module, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        lyr = layer  # (parameter names as the base's: vLLM may call it by keyword)
         if getattr(lyr, "mxrl_linears", None) is None:
             return base.apply(self, lyr, x, bias)
         ref = getattr(lyr, "mxrl_weight_ref", None)
@@ -285,14 +287,18 @@ def _wrap_moe_method(layer: torch.nn.Module) -> None:
         return
     base = type(qm)
 
-    def process_weights_after_loading(self, lyr: torch.nn.Module) -> None:
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        lyr = layer  # (the base's parameter name: vLLM may pass it by keyword)
         _prepare_experts(lyr)  # checkpoint layout, before vLLM's CPU re-pack
         base.process_weights_after_loading(self, lyr)
 
-    def apply(self, lyr, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
+    def apply(self, layer, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
         # Given routing (a checker's probe; the forward itself routes in forward_modular): mxrl's expert loop.
-        if not _on("experts") or getattr(lyr, "mxrl_experts", None) is None or shared_experts is not None:
-            return base.apply(self, lyr, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
+        # (Parameter names as the base's: vLLM calls it by keyword.)
+        if not _on("experts") or getattr(layer, "mxrl_experts", None) is None or shared_experts is not None:
+            return base.apply(self, layer=layer, x=x, topk_weights=topk_weights, topk_ids=topk_ids,
+                              shared_experts=shared_experts, shared_experts_input=shared_experts_input)
+        lyr = layer
         xf = x.to(torch.float32).contiguous().numpy()
         ids = topk_ids.to(torch.int32).contiguous().numpy()
         w = topk_weights.to(torch.float32).contiguous().numpy()
