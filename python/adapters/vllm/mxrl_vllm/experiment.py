@@ -140,7 +140,7 @@ def sample_vllm(model_dir: str, cfg: dict, reqs: List[dict], seed: int, work: Pa
         t0 = time.perf_counter()
         out = eng.generate(reqs, full_rows=True)
         secs = time.perf_counter() - t0
-    return {"samples": out, "checks_failed": failed, "generate_s": secs}
+    return {"samples": out, "checks_failed": failed, "generate_s": secs, "rows": "logprobs"}
 
 
 def sample_mxrl(model_dir: str, cfg: dict, reqs: List[dict], seed: int) -> Dict[str, Any]:
@@ -153,11 +153,18 @@ def sample_mxrl(model_dir: str, cfg: dict, reqs: List[dict], seed: int) -> Dict[
         (got,) = s.generate([r["prompt"]], n=r["n"], max_new_tokens=r["max_new_tokens"], temperature=r["temperature"],
                             seed=seed * 1_000_003 + r["id"], stop_tokens=r["stop_tokens"], full_rows=True)
         out += [{"request": r["id"], "tokens": list(map(int, g["tokens"])), "logits": g["logits"]} for g in got]
-    return {"samples": out, "checks_failed": {}, "generate_s": time.perf_counter() - t0}
+    return {"samples": out, "checks_failed": {}, "generate_s": time.perf_counter() - t0, "rows": "logits"}
 
 
-def measure(learner: "mxrl.Model", reqs: List[dict], samples: List[dict], temperature: float = 1.0) -> List[dict]:
-    """Per prompt: the sums of mxrl.stats.match_sums over its samples' generated tokens."""
+def measure(learner: "mxrl.Model", reqs: List[dict], samples: List[dict], rows_are: str = "logits",
+            temperature: float = 1.0) -> List[dict]:
+    """Per prompt: the sums of mxrl.stats.match_sums over its samples' generated tokens.
+
+    rows_are: what the sampler's rows hold. vLLM returns log-probs; the learner's rows are
+    then its log-softmax too (mxrl.ops.log_softmax, the learner's own), so that two equal
+    distributions give equal rows and an exact 0 (softmaxing a log-prob row again moves
+    it by rounding); mxrl's sampler returns raw logits, compared with the learner's.
+    """
     keys = ("tokens", "kl", "k3", "abs_dlogp", "unequal")
     per = [dict.fromkeys(keys, 0) | {"abs_dlogp_max": 0.0} for _ in reqs]
     for s in samples:
@@ -166,6 +173,8 @@ def measure(learner: "mxrl.Model", reqs: List[dict], samples: List[dict], temper
             continue
         prompt = reqs[s["request"]]["prompt"]
         rows = learner.logits(list(prompt) + toks)[len(prompt) - 1:len(prompt) - 1 + len(toks)]
+        if rows_are == "logprobs":
+            rows = mxrl.ops.log_softmax(np.ascontiguousarray(rows))
         got = mxrl.stats.match_sums(np.ascontiguousarray(s["logits"], dtype=np.float32), np.ascontiguousarray(rows),
                                     toks, temperature)
         p = per[s["request"]]
@@ -207,7 +216,7 @@ def run(models: Dict[str, str], out: str, *, configs: Optional[List[str]] = None
                         got = sample_mxrl(model_dir, cfg, reqs, seed)
                     else:
                         got = sample_vllm(model_dir, cfg, reqs, seed, work)
-                    per_seed[seed] = measure(learner, reqs, got["samples"])
+                    per_seed[seed] = measure(learner, reqs, got["samples"], got["rows"])
                     if got["checks_failed"]:
                         failed[seed] = got["checks_failed"]
                     gen_s += got["generate_s"]
