@@ -209,3 +209,38 @@ def test_an_mxfp8_export_computes_from_its_codes_as_the_learner(tiny_dense_mx, c
     for s, r in zip(SEQS[:2], rows):
         ref = np.asarray(m.trace(s)["logprobs"], np.float32)[: len(s) - 1]
         assert same(r, ref), float(np.abs(r.astype(np.float64) - ref).max())
+
+
+def test_mxrl_linear_mode_computes_every_linear_through_mxrl_in_a_bf16_engine(engine_for, checkpoint_factory):
+    """kernels="mxrl-linear": BF16 activations in, mxrl's linear on their FP32 values, the output rounded to BF16."""
+    e = engine_for("tiny-dense", "mxfp8", "mxrl-linear")
+    W = learner_weights(checkpoint_factory("tiny-dense", 0))
+    ops = mxrl.ops
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+
+    def run(model):
+        assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+        bad, seen = [], 0
+        for name, m in model.named_modules():
+            if getattr(m, "mxrl_linears", None) is None:
+                continue
+            kinds, layer = K.linear_kinds(name)
+            x = torch.randn(3, m.mxrl_linears[0].k, generator=torch.Generator().manual_seed(seen)).to(torch.bfloat16)
+            y = m.quant_method.apply(m, x, None)
+            x32 = x.to(torch.float32).numpy()
+            refs = []
+            for kind in kinds:
+                w = W.get("lm_head.weight", W["model.embed_tokens.weight"]) if kind == "lm_head" else \
+                    W[f"model.layers.{layer}.{names[kind]}.weight"]
+                refs.append(ops.Linear(np.ascontiguousarray(w), precision=ops.plan_precision("mxfp8", kind, layer))
+                            .forward(x32))
+            ref = torch.from_numpy(np.concatenate(refs, axis=1)).to(torch.bfloat16)
+            seen += 1
+            if y.dtype != torch.bfloat16 or not torch.equal(y[:, : ref.shape[1]].view(torch.int16),
+                                                             ref.view(torch.int16)):
+                bad.append(name)
+        return bad, seen
+
+    bad, seen = e.call(run)
+    assert bad == [] and seen == 4 * 4 + 1
