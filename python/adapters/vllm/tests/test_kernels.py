@@ -39,6 +39,12 @@ def engine_for(checkpoint_factory):
             held[key] = VllmEngine(checkpoint_factory(preset, 0), kernels=kernels, plan=plan, max_model_len=256)
         return held[key]
 
+    def close_all():
+        for e in held.values():
+            e.close()
+        held.clear()
+
+    make.close_all = close_all
     yield make
     for e in held.values():
         e.close()
@@ -199,7 +205,7 @@ def test_after_a_refit_the_engine_is_the_new_weights_learner_bitwise(preset, eng
 
 def test_an_mxfp8_export_computes_from_its_codes_as_the_learner(tiny_dense_mx, checkpoint_factory, engine_for):
     """An MXFP8 compressed-tensors export: the linears are prepared from the codes and scales the plugin keeps."""
-    engine_for("tiny-dense", "bf16").close()  # one live engine at a time
+    engine_for.close_all()  # one live engine at a time
     with VllmEngine(tiny_dense_mx, kernels="mxrl", plan="mxfp8", max_model_len=256) as e:
         kinds = e.call(lambda model: sorted({type(m.quant_method).__name__ for _, m in model.named_modules()
                                              if getattr(m, "mxrl_linears", None) is not None}))
