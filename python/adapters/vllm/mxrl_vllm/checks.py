@@ -175,7 +175,8 @@ def view(engine: VllmEngine) -> Dict[str, Any]:
     probes = {}
     for name, rec in raw["experts"].items():
         probes[name.split(".mlp.")[0]] = rec
-    return {"live": live, "unreadable": raw["unreadable"], "experts": probes}
+    return {"live": live, "unreadable": raw["unreadable"], "experts": probes,
+            "kernels": getattr(engine, "kernels", "vllm"), "plan": getattr(engine, "plan", None)}
 
 
 # ------------------------------------------------------------------------------------------ 1-4
@@ -196,7 +197,7 @@ def check_tensors(exp: Expected, prev: Optional[Expected], v: Dict[str, Any]) ->
     f: Dict[str, List[str]] = {k: [] for k in NAMES[:4]}
     for name, why in v["unreadable"]:
         f["coverage"].append(f"{name}: the checker cannot read what the engine computes with ({why})")
-    probed = _check_experts(exp, prev, v["experts"], f)
+    probed = _check_experts(exp, prev, v["experts"], f, _expert_ref(v.get("kernels", "vllm"), v.get("plan")))
     for name in exp.tensors:
         if name not in live and name not in probed:
             f["coverage"].append(f"missing {name}: the sampler does not compute with it")
@@ -242,7 +243,10 @@ def check_tensors(exp: Expected, prev: Optional[Expected], v: Dict[str, Any]) ->
                         f["grid"].append(f"{name} [{part}]: bytes differ from the learner's "
                                          f"({int(np.count_nonzero(got != want))} of {want.size})")
             continue
-        if not e.mx and g.dtype != e.dtype:
+        # kernels="mxrl": an FP32 engine whose ops are mxrl's; a tensor it holds as F32 computes as the
+        # learner's BF16 when its values are the BF16 values, which the comparison below checks exactly.
+        mxrl_f32 = v.get("kernels") == "mxrl" and g.dtype == "F32" and e.dtype == "BF16"
+        if not e.mx and g.dtype != e.dtype and not mxrl_f32:
             f["exceptions"].append(f"{name}: the engine holds it as {g.dtype}, the learner computes it as {e.dtype}")
         # Values compare as numbers: the identity probe cannot see the sign of a zero weight
         # (-0 + 0 = +0), and neither can any product the layer computes.
@@ -279,11 +283,40 @@ def _rel(y: np.ndarray, ref: np.ndarray) -> float:
 EXPERT_TOL = 1e-2
 
 
+def _expert_ref(kernels: str, plan: Optional[str]):
+    """ref(layer, e, x, gate, up, down): the expert's output the probe is compared with.
+
+    vLLM's kernels: the exact computation (the probe's BF16 error is within
+    EXPERT_TOL). kernels="mxrl": the engine's experts are mxrl's, so the
+    reference is mxrl.ops' expert under the plan (the learner's bits: the probe
+    equals it exactly when the expert is right).
+    """
+    if kernels != "mxrl":
+        return lambda layer, e, x, g, u, d: _expert_out(x, g, u, d)
+    ops = mxrl.ops
+
+    def ref(layer: str, e: int, x: np.ndarray, g: np.ndarray, u: np.ndarray, d: np.ndarray) -> np.ndarray:
+        li = int(layer.rsplit(".", 1)[-1])
+
+        def lin(w, kind):
+            prec = ops.plan_precision(plan, kind, li, e)
+            return ops.Linear(np.ascontiguousarray(w, dtype=np.float32), precision=prec)
+
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
+        return lin(d, "down").forward(ops.swiglu(lin(g, "gate").forward(x32), lin(u, "up").forward(x32)))
+
+    return ref
+
+
 def _check_experts(exp: Expected, prev: Optional[Expected], probes: Dict[str, Any],
-                   f: Dict[str, List[str]]) -> set:
+                   f: Dict[str, List[str]], ref=None) -> set:
     """Findings of the expert probes (1-4); returns the expected names the probes cover."""
     covered = set()
+    ref = ref or _expert_ref("vllm", None)
     for layer, rec in probes.items():
+        def out(e, g, u, d, layer=layer):
+            return ref(layer, e, rec["x"], g, u, d)
+
         def w(src, e, kind):
             t = src.tensors.get(f"{layer}.mlp.experts.{e}.{kind}_proj.weight") if src else None
             return None if t is None else t.values
@@ -291,7 +324,7 @@ def _check_experts(exp: Expected, prev: Optional[Expected], probes: Dict[str, An
         if "error" in rec:
             f["coverage"].append(f"{layer}.mlp.experts: the checker cannot probe the fused expert op ({rec['error']})")
             continue
-        x, ys = rec["x"], rec["y"]
+        ys = rec["y"]
         E = ys.shape[0]
         for e in range(E):
             names = [f"{layer}.mlp.experts.{e}.{k}_proj.weight" for k in ("gate", "up", "down")]
@@ -299,20 +332,20 @@ def _check_experts(exp: Expected, prev: Optional[Expected], probes: Dict[str, An
             g, u, d = w(exp, e, "gate"), w(exp, e, "up"), w(exp, e, "down")
             if g is None or u is None or d is None:
                 continue
-            err = _rel(ys[e], _expert_out(x, g, u, d))
+            err = _rel(ys[e], out(e, g, u, d))
             if err <= EXPERT_TOL:
                 continue
             at = f"{layer}.mlp.experts.{e}"
             pg, pu, pd = w(prev, e, "gate"), w(prev, e, "up"), w(prev, e, "down")
-            if pg is not None and _rel(ys[e], _expert_out(x, pg, pu, pd)) <= EXPERT_TOL:
+            if pg is not None and _rel(ys[e], out(e, pg, pu, pd)) <= EXPERT_TOL:
                 f["coverage"].append(f"{at}: still computes with the previous version's weights "
                                      "(not written by this sync)")
-            elif _rel(ys[e], _expert_out(x, u, g, d)) <= EXPERT_TOL:
+            elif _rel(ys[e], out(e, u, g, d)) <= EXPERT_TOL:
                 f["placement"].append(f"{at}: computes with gate_proj and up_proj swapped")
             else:
                 other = next((o for o in range(E) if o != e and w(exp, o, "gate") is not None and
-                              _rel(ys[e], _expert_out(x, w(exp, o, "gate"), w(exp, o, "up"),
-                                                      w(exp, o, "down"))) <= EXPERT_TOL), None)
+                              _rel(ys[e], out(e, w(exp, o, "gate"), w(exp, o, "up"),
+                                              w(exp, o, "down"))) <= EXPERT_TOL), None)
                 if other is not None:
                     f["placement"].append(f"{at}: computes with the weights of expert {other}")
                 else:

@@ -107,8 +107,14 @@ class Layout:
 
 class VllmEngine:
     def __init__(self, model_dir: str, *, seed: int = 0, max_model_len: int = 512, hooks: Optional[RefitHooks] = None,
-                 repairs: bool = True, kv_cache_bytes: int = 256 << 20, **llm_kwargs: Any) -> None:
+                 repairs: bool = True, kv_cache_bytes: int = 256 << 20, kernels: str = "vllm",
+                 plan: Optional[str] = None, **llm_kwargs: Any) -> None:
         """Load `model_dir` into an in-process vLLM engine.
+
+        kernels: "vllm" (vLLM's own kernels), "mxrl-linear" (every linear through
+        mxrl.ops.Linear under `plan`) or "mxrl" (also norms, rope, SiLU-and-mul,
+        attention, routed experts and the sampler's log-softmax; an FP32 engine):
+        see mxrl_vllm.kernels. plan: mxrl's precision plan (needed unless "vllm").
 
         repairs: fix the derived copies vLLM's CPU build leaves stale after a refit
         (off: observe vLLM's own behaviour, which the checks then report).
@@ -117,9 +123,18 @@ class VllmEngine:
         """
         from vllm import LLM
 
+        from . import kernels as kernels_mod
         from . import plugin
 
         plugin.register()  # an MXFP8 export needs the kernel (the entry point does this too)
+        if kernels == "mxrl":
+            dt = str(llm_kwargs.get("dtype", "float32")).replace("torch.", "")
+            if dt not in ("float32", "float"):
+                raise ValueError(f"kernels='mxrl' computes in FP32 like the learner: dtype={dt!r} is refused")
+            llm_kwargs["dtype"] = "float32"
+        kernels_mod.register()
+        kernels_mod.set_mode(kernels, plan)  # read by the layers vLLM constructs below
+        self.kernels, self.plan = kernels, plan
         self.model_dir = str(model_dir)
         self.layout = Layout.read(self.model_dir)
         if self.layout.mx and self.layout.experts:
@@ -129,7 +144,11 @@ class VllmEngine:
         kw = dict(model=self.model_dir, skip_tokenizer_init=True, max_logprobs=-1, max_model_len=max_model_len,
                   enforce_eager=True, seed=seed, kv_cache_memory_bytes=kv_cache_bytes)
         kw.update(llm_kwargs)
-        self.llm = LLM(**kw)
+        try:
+            self.llm = LLM(**kw)
+        except BaseException:
+            kernels_mod.set_mode("vllm")
+            raise
         self.hooks = hooks or RefitHooks()
         self.repairs = repairs
         self.version: Optional[int] = None  # None: the checkpoint it was loaded from
@@ -147,6 +166,9 @@ class VllmEngine:
             if core is not None and hasattr(core, "shutdown"):
                 core.shutdown()
             self.llm = None
+            from . import kernels as kernels_mod
+
+            kernels_mod.set_mode("vllm")  # engines made after this one (or plain vllm.LLM) get vLLM's kernels
             import gc
 
             gc.collect()

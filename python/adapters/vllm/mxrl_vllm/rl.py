@@ -128,7 +128,8 @@ def run(model_dir: str, out_dir: str, config: Optional[Dict[str, Any]] = None, *
     if engine is None:
         if engine_model is None:
             engine_model = stage_checkpoint(model_dir)
-            engine_kwargs = {"dtype": "bfloat16", **(engine_kwargs or {})}
+            if (engine_kwargs or {}).get("kernels", "vllm") != "mxrl":  # kernels="mxrl" is an FP32 engine
+                engine_kwargs = {"dtype": "bfloat16", **(engine_kwargs or {})}
         engine = make_engine(engine_model, int(cfg.get("seed", 0)), ours, repairs=repairs,
                              **(engine_kwargs or {}))
     elif ours:
