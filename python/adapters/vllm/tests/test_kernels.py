@@ -39,6 +39,12 @@ def engine_for(checkpoint_factory):
             held[key] = VllmEngine(checkpoint_factory(preset, 0), kernels=kernels, plan=plan, max_model_len=256)
         return held[key]
 
+    def close_all():
+        for e in held.values():
+            e.close()
+        held.clear()
+
+    make.close_all = close_all
     yield make
     for e in held.values():
         e.close()
@@ -199,7 +205,7 @@ def test_after_a_refit_the_engine_is_the_new_weights_learner_bitwise(preset, eng
 
 def test_an_mxfp8_export_computes_from_its_codes_as_the_learner(tiny_dense_mx, checkpoint_factory, engine_for):
     """An MXFP8 compressed-tensors export: the linears are prepared from the codes and scales the plugin keeps."""
-    engine_for("tiny-dense", "bf16").close()  # one live engine at a time
+    engine_for.close_all()  # one live engine at a time
     with VllmEngine(tiny_dense_mx, kernels="mxrl", plan="mxfp8", max_model_len=256) as e:
         kinds = e.call(lambda model: sorted({type(m.quant_method).__name__ for _, m in model.named_modules()
                                              if getattr(m, "mxrl_linears", None) is not None}))
@@ -209,3 +215,38 @@ def test_an_mxfp8_export_computes_from_its_codes_as_the_learner(tiny_dense_mx, c
     for s, r in zip(SEQS[:2], rows):
         ref = np.asarray(m.trace(s)["logprobs"], np.float32)[: len(s) - 1]
         assert same(r, ref), float(np.abs(r.astype(np.float64) - ref).max())
+
+
+def test_mxrl_linear_mode_computes_every_linear_through_mxrl_in_a_bf16_engine(engine_for, checkpoint_factory):
+    """kernels="mxrl-linear": BF16 activations in, mxrl's linear on their FP32 values, the output rounded to BF16."""
+    e = engine_for("tiny-dense", "mxfp8", "mxrl-linear")
+    W = learner_weights(checkpoint_factory("tiny-dense", 0))
+    ops = mxrl.ops
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+
+    def run(model):
+        assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+        bad, seen = [], 0
+        for name, m in model.named_modules():
+            if getattr(m, "mxrl_linears", None) is None:
+                continue
+            kinds, layer = K.linear_kinds(name)
+            x = torch.randn(3, m.mxrl_linears[0].k, generator=torch.Generator().manual_seed(seen)).to(torch.bfloat16)
+            y = m.quant_method.apply(m, x, None)
+            x32 = x.to(torch.float32).numpy()
+            refs = []
+            for kind in kinds:
+                w = W.get("lm_head.weight", W["model.embed_tokens.weight"]) if kind == "lm_head" else \
+                    W[f"model.layers.{layer}.{names[kind]}.weight"]
+                refs.append(ops.Linear(np.ascontiguousarray(w), precision=ops.plan_precision("mxfp8", kind, layer))
+                            .forward(x32))
+            ref = torch.from_numpy(np.concatenate(refs, axis=1)).to(torch.bfloat16)
+            seen += 1
+            if y.dtype != torch.bfloat16 or not torch.equal(y[:, : ref.shape[1]].view(torch.int16),
+                                                             ref.view(torch.int16)):
+                bad.append(name)
+        return bad, seen
+
+    bad, seen = e.call(run)
+    assert bad == [] and seen == 4 * 4 + 1
