@@ -119,7 +119,16 @@ def _stamp() -> str:
                 break
     except OSError:
         pass
-    return f"{datetime.date.today().isoformat()}, mxrl {mxrl_version()}, {cpu}, {os.cpu_count()} cores"
+    commit = ""
+    try:  # a source checkout names its commit; an installed package, mxrl's version only
+        import subprocess
+
+        r = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, timeout=10)
+        commit = f", commit {r.stdout.strip()}" if r.returncode == 0 and r.stdout.strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return f"{datetime.date.today().isoformat()}{commit}, mxrl {mxrl_version()}, {cpu}, {os.cpu_count()} cores"
 
 
 def mxrl_version() -> str:
