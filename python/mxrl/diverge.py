@@ -375,8 +375,35 @@ def make_tokens(model_dir: str, tokens: Optional[str] = None, prompt_len: int = 
     return [int(t) for t in np.random.default_rng(seed).integers(0, vocab, prompt_len)]
 
 
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+_MODE = 0o666 & ~_umask()
+
+
+def stamp() -> str:
+    """When and where a comparison ran: today's date, mxrl's version, this CPU and its core count."""
+    import datetime
+
+    from . import __version__
+
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{datetime.date.today().isoformat()}, mxrl {__version__}, {cpu}, {os.cpu_count()} cores"
+
+
 def _write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.")
+    os.fchmod(fd, _MODE)  # mkstemp makes it 0600; a report is as readable as any file written here
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -395,7 +422,7 @@ def write_reports(out: str, results: Mapping[str, Any], meta: Mapping[str, Any])
     _write(d / "diverge.json", to_json(dict(results), **meta).encode())
     head = (f"## First divergence: {meta.get('model', '')} under plan {meta.get('plan', '')}, "
             f"{len(meta.get('tokens', []))} tokens")
-    parts = [head, ""]
+    parts = [head, "", f"Measured {meta['stamp']}.", ""] if meta.get("stamp") else [head, ""]
     for name, rows in results.items():
         if isinstance(rows, dict):
             parts += [f"### {name}", "", f"Engine failed: {rows['error']}", ""]
@@ -404,6 +431,7 @@ def write_reports(out: str, results: Mapping[str, Any], meta: Mapping[str, Any])
     _write(d / "diverge.md", "\n".join(parts).encode())
     png = d / "diverge.png"
     fd, tmp = tempfile.mkstemp(dir=str(d), prefix=".diverge.png.", suffix=".png")
+    os.fchmod(fd, _MODE)
     os.close(fd)
     try:
         plot(results, tmp, title=head.lstrip("# "))
@@ -432,6 +460,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opt", action="append", default=[], metavar="ENGINE:KEY=VALUE",
                    help="an option for an engine's capture (repeatable; VALUE as JSON, else a string)")
     p.add_argument("--out", required=True, help="output directory (diverge.json, diverge.md, diverge.png)")
+    p.add_argument("--stamp", default="", help="the date/commit/CPU line of the report (default: today, mxrl's "
+                   "version, this CPU)")
 
 
 def parse_opts(items: Sequence[str]) -> Dict[str, Dict[str, Any]]:
@@ -461,7 +491,7 @@ def execute(a: argparse.Namespace, log=None) -> int:
             raise ValueError(f"--opt {e}:...: engine {e} is not among --engine {', '.join(names)}")
     tokens = make_tokens(a.checkpoint, a.tokens, 32 if a.prompt_len is None else a.prompt_len, a.seed)
     res = run(a.checkpoint, a.plan, names, tokens, opts, log=log)
-    meta = {"model": str(a.checkpoint), "plan": a.plan, "tokens": tokens}
+    meta = {"model": str(a.checkpoint), "plan": a.plan, "tokens": tokens, "stamp": a.stamp or stamp()}
     notes = write_reports(a.out, res, meta)
     for n in notes:
         print(f"diverge: {n}", file=log)

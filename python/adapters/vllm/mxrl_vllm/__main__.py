@@ -185,6 +185,7 @@ def cmd_diverge(a: argparse.Namespace) -> int:
     register_engines()  # found without the entry points too (a source checkout)
     if not a.engine:
         a.engine = ["mxrl", "vllm"]
+    a.stamp = a.stamp or _stamp()
     return dv.execute(a)
 
 
