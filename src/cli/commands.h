@@ -21,6 +21,7 @@ void add_faults_command(CLI::App& app);       // faults: the sync fault matrix
 void add_report_commands(CLI::App& app);      // report, experiment: the paper's claims measured here
 void add_verify_sync_command(CLI::App& app);  // verify-sync: conditions 1-4 on another engine's weight dump
 void add_export_command(CLI::App& app);       // export: compressed-tensors MXFP8 for vLLM
+void add_diverge_command(CLI::App& app);      // diverge: runs mxrl_vllm's first-divergence finder
 
 // --threads N (0 = all cores), shared by commands that compute.
 inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   mxrl::add_report_commands(app);
   mxrl::add_verify_sync_command(app);
   mxrl::add_export_command(app);
+  mxrl::add_diverge_command(app);
   if (argc > 1 && argv[1][0] != '-' && !has_command(app, argv[1])) {
     std::fprintf(stderr, "mxrl: error: unknown command '%s' (see --help)\n", argv[1]);
     return 2;
