@@ -94,7 +94,7 @@ def _worker(conn, sampler: str, plan: str, model_dir: str, work: str) -> None:
                         raise RuntimeError(f"mxrl export failed: {r.stderr.strip()}")
             elif sampler != "vllm":
                 kw.update(kernels=sampler[len("vllm-"):], plan=plan)
-            eng = VllmEngine(path, max_model_len=512, **kw)
+            eng = VllmEngine(path, max_model_len=512, kv_cache_bytes=1 << 30, **kw)  # batch 32 of the 0.6B shape in FP32
 
             def gen(prompts, new):
                 reqs = [{"id": i, "prompt": p, "n": 1, "max_new_tokens": new, "temperature": 1.0, "stop_tokens": [],
