@@ -86,7 +86,7 @@ live; ``mxrl.faults.catalogue()`` names them for the remote to inject itself).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from ._mxrl import RlRun
 

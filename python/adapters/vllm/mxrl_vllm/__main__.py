@@ -108,33 +108,32 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 
 def _stamp() -> str:
-    import datetime
-    import platform
+    """mxrl.diverge.stamp()'s date, mxrl version and CPU, with the commit when run from a source checkout."""
+    import subprocess
 
-    cpu = platform.processor() or platform.machine()
+    from mxrl.diverge import stamp
+
+    date, rest = stamp().split(", ", 1)
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = ""
-    try:  # a source checkout names its commit; an installed package, mxrl's version only
-        import subprocess
-
         r = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
                            capture_output=True, text=True, timeout=10)
-        commit = f", commit {r.stdout.strip()}" if r.returncode == 0 and r.stdout.strip() else ""
+        if r.returncode == 0 and r.stdout.strip():
+            return f"{date}, commit {r.stdout.strip()}, {rest}"
     except (OSError, subprocess.SubprocessError):
         pass
-    return f"{datetime.date.today().isoformat()}{commit}, mxrl {mxrl_version()}, {cpu}, {os.cpu_count()} cores"
+    return f"{date}, {rest}"
 
 
-def mxrl_version() -> str:
-    import mxrl
+def _write_reports(out: Path, stem: str, res: dict, markdown) -> None:
+    """OUT/STEM.json and OUT/STEM.md (the table, with the stamp), each renamed into place."""
+    from .experiment import write_json
 
-    return mxrl.__version__
+    write_json(str(out / f"{stem}.json"), res)
+    md = out / f"{stem}.md"
+    tmp = md.with_name(md.name + ".tmp")
+    tmp.write_text(markdown(res, f"Measured {res['stamp']}.") + "\n")
+    os.replace(tmp, md)
+    print(f"mxrl-vllm: wrote {out / stem}.json and {md}", file=sys.stderr)
 
 
 def cmd_experiment(a: argparse.Namespace) -> int:
@@ -150,17 +149,12 @@ def cmd_experiment(a: argparse.Namespace) -> int:
                          prompts=a.prompts, samples=a.samples, bootstrap=a.bootstrap,
                          progress=lambda s: print(s, file=sys.stderr, flush=True))
     res["stamp"] = a.stamp or _stamp()
-    experiment.write_json(str(out / "engine.json"), res)
-    md = out / "engine.md"
-    tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text(experiment.markdown(res, f"Measured {res['stamp']}.") + "\n")
-    os.replace(tmp, md)
-    print(f"mxrl-vllm: wrote {out / 'engine.json'} and {md} in {res['seconds']:.0f} s", file=sys.stderr)
+    _write_reports(out, "engine", res, experiment.markdown)
     return 0
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from . import bench, experiment
+    from . import bench
 
     out = Path(a.out)
     res = bench.run([x for x in a.shapes.split(",") if x], str(out / "engine_speed.json"),
@@ -168,12 +162,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
                     batches=[int(x) for x in a.batches.split(",") if x], rounds=a.rounds, prompt_len=a.prompt_len,
                     new_tokens=a.new_tokens, progress=lambda s: print(s, file=sys.stderr, flush=True))
     res["stamp"] = a.stamp or _stamp()
-    experiment.write_json(str(out / "engine_speed.json"), res)
-    md = out / "engine_speed.md"
-    tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text(bench.markdown(res, f"Measured {res['stamp']}.") + "\n")
-    os.replace(tmp, md)
-    print(f"mxrl-vllm: wrote {out / 'engine_speed.json'} and {md}", file=sys.stderr)
+    _write_reports(out, "engine_speed", res, bench.markdown)
     return 0
 
 
