@@ -85,6 +85,10 @@ def measure(a: Any, b: Any) -> Dict[str, Any]:
     max_abs = float(d[ok].max()) if ok.any() else 0.0
     ulp = np.abs(_ordered(ab) - _ordered(bb))
     max_ulp = int(ulp[ok].max()) if ok.any() else 0
+    # The typical element's distance (0 where equal): the max saturates near 2^31 as soon as a
+    # value near 0 changes sign, the median still reads whether values differ by rounding or more.
+    cmp = ok | (same & ~an)
+    median_ulp = float(np.median(np.where(ok, ulp, 0)[cmp])) if cmp.any() else 0.0
     fin = ~an & ~bn & ~np.isinf(a) & ~np.isinf(b)
     num = float(np.sqrt(np.sum(np.where(ok, d, 0.0) ** 2)))
     den = float(np.sqrt(np.sum(np.where(fin, b64, 0.0) ** 2)))
@@ -94,7 +98,7 @@ def measure(a: Any, b: Any) -> Dict[str, Any]:
         max_abs, max_ulp = math.inf, math.inf
         if num == 0 and den == 0:
             rel = math.inf
-    return {"max_abs": max_abs, "rel_l2": rel, "max_ulp": max_ulp, "equal": equal,
+    return {"max_abs": max_abs, "rel_l2": rel, "max_ulp": max_ulp, "median_ulp": median_ulp, "equal": equal,
             "differing": int((~same).sum()), "nan_mismatch": n_bad}
 
 
@@ -103,8 +107,8 @@ def compare(learner: Mapping[str, Any], engine: Mapping[str, Any], order: Option
 
     Each row: name, layer (int or None), op, shape, status ("equal", "differs",
     "not captured" by the engine, "not in learner", "shape mismatch"), equal
-    (bitwise), max_abs, rel_l2, max_ulp (None where not measured), differing,
-    nan_mismatch.
+    (bitwise), max_abs, rel_l2, max_ulp, median_ulp (None where not measured),
+    differing, nan_mismatch.
     """
     names = list(order) if order is not None else list(learner) + [k for k in engine if k not in learner]
     rows = []
@@ -112,7 +116,7 @@ def compare(learner: Mapping[str, Any], engine: Mapping[str, Any], order: Option
         layer, op = split_name(name)
         row: Dict[str, Any] = {"name": name, "layer": layer, "op": op, "shape": None, "status": "",
                                "equal": False, "max_abs": None, "rel_l2": None, "max_ulp": None,
-                               "differing": None, "nan_mismatch": None}
+                               "median_ulp": None, "differing": None, "nan_mismatch": None}
         if name not in learner:
             row["status"] = "not in learner"
             if name in engine:
@@ -176,8 +180,8 @@ def to_markdown(rows: Sequence[dict], title: str = "") -> str:
         lines.append(f"First divergence: **{fd['name']}** (layer {fd['layer'] if fd['layer'] is not None else '-'}, "
                      f"op {fd['op']}): {fd['status']}, max abs {_fmt(fd['max_abs'], 'f')}, rel L2 "
                      f"{_fmt(fd['rel_l2'], 'f')}, max ULP {_fmt(fd['max_ulp'], 'ulp')}.")
-    lines += ["", "| point | layer | op | shape | status | max abs | rel L2 | max ULP | growth |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| point | layer | op | shape | status | max abs | rel L2 | max ULP | median ULP | growth |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     prev_out = None
     for r in rows:
         growth = ""
@@ -188,7 +192,7 @@ def to_markdown(rows: Sequence[dict], title: str = "") -> str:
         lines.append(f"| {r['name']}{mark} | {'' if r['layer'] is None else r['layer']} | {r['op']} | "
                      f"{'x'.join(map(str, r['shape'])) if r['shape'] else '-'} | {r['status']} | "
                      f"{_fmt(r['max_abs'], 'f')} | {_fmt(r['rel_l2'], 'f')} | {_fmt(r['max_ulp'], 'ulp')} | "
-                     f"{growth} |")
+                     f"{_fmt(r.get('median_ulp'), 'f')} | {growth} |")
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,18 @@ def test_measure_equal_and_sizes():
     assert m["rel_l2"] == pytest.approx(0.5 / np.linalg.norm(a.astype(np.float64)))
 
 
+def test_median_ulp_reads_the_typical_element_where_the_max_saturates():
+    b = np.array([1.0, 2.0, 3.0, 1e-30, 5.0], np.float32)
+    a = b.copy()
+    a[0] = np.nextafter(a[0], np.float32(2))  # 1 ULP
+    a[1] = np.nextafter(np.nextafter(a[1], np.float32(3)), np.float32(3))  # 2 ULPs
+    a[3] = -a[3]  # a sign flip near 0: ~5e8 ULPs
+    m = diverge.measure(a, b)
+    assert m["max_ulp"] > 1e8
+    assert m["median_ulp"] == 1.0  # distances 1, 2, 0, ~5e8, 0: the median is 1
+    assert diverge.measure(b, b)["median_ulp"] == 0.0
+
+
 def test_ulp_distance_neighbours_and_across_sign():
     one = f32(1.0)
     nxt = np.nextafter(one, f32(2.0))
