@@ -33,7 +33,6 @@ group ``mxrl.engines``): each starts a ``VllmEngine`` on the checkpoint (or
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -164,6 +163,8 @@ def capture_live(engine: Any, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from .engine import fill_row
+
     toks = [int(t) for t in tokens]
     n = len(toks)
     if n < 3:
@@ -202,15 +203,11 @@ def capture_live(engine: Any, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
     filled = np.zeros(n, dtype=bool)
     for t, d in enumerate((out.prompt_logprobs or [])[1:]):
         if d:
-            for kk, lp in d.items():
-                if kk < vocab:
-                    rows[t, kk] = lp.logprob
+            fill_row(rows[t], d)
             filled[t] = True
     c = out.outputs[0] if out.outputs else None
     if c is not None and c.logprobs:
-        for kk, lp in c.logprobs[0].items():
-            if kk < vocab:
-                rows[n - 1, kk] = lp.logprob
+        fill_row(rows[n - 1], c.logprobs[0])
         filled[n - 1] = True
     if filled.all():
         res["logprobs"] = rows
@@ -219,15 +216,10 @@ def capture_live(engine: Any, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
 
 def _engine_kwargs(kernels: Optional[str], plan: str, extra: Dict[str, Any]) -> Dict[str, Any]:
     """VllmEngine's arguments: `kernels` and (for mxrl's kernels, which compute under it) the learner's plan."""
-    from .engine import VllmEngine
-
     kw = dict(extra)
     if kernels is not None:
-        params = inspect.signature(VllmEngine.__init__).parameters
-        if "kernels" not in params:
-            raise ValueError(f"kernels={kernels!r}: this mxrl_vllm's VllmEngine has no kernels option yet")
         kw["kernels"] = kernels
-        if "plan" in params and kernels != "vllm":
+        if kernels != "vllm":
             kw.setdefault("plan", plan)
     return kw
 

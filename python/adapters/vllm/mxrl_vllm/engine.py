@@ -40,6 +40,15 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine lives
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
 
 
+def fill_row(row: np.ndarray, logprobs: Dict[int, Any]) -> None:
+    """Writes one position's vLLM log-prob dict (token id -> Logprob) into its full-vocabulary row;
+    ids beyond the row (vLLM's padded vocabulary) are dropped."""
+    vocab = row.shape[0]
+    for k, lp in logprobs.items():
+        if k < vocab:
+            row[k] = lp.logprob
+
+
 class RefitHooks:
     """The seams of a refit a fault can act at (defaults: no fault)."""
 
@@ -228,9 +237,7 @@ class VllmEngine:
                     for t, (tok, d) in enumerate(zip(toks, c.logprobs or [])):
                         lps.append(float(d[tok].logprob))
                         if full_rows:
-                            for k, lp in d.items():
-                                if k < vocab:
-                                    rows[t, k] = lp.logprob
+                            fill_row(rows[t], d)
                     stopped = bool(toks) and toks[-1] in r["stop_tokens"]
                     s = {"request": int(r["id"]), "index": i, "tokens": toks, "logprobs": lps,
                          "finish": "stop" if stopped else "length", "version": v,
@@ -254,9 +261,7 @@ class VllmEngine:
         for s, o in zip(sequences, outs):
             rows = np.full((len(s) - 1, vocab), -np.inf, dtype=np.float32)
             for t, d in enumerate(o.prompt_logprobs[1:]):
-                for k, lp in d.items():
-                    if k < vocab:
-                        rows[t, k] = lp.logprob
+                fill_row(rows[t], d)
             if temperature != 1.0:  # raw log-probs: rescale and renormalize
                 z = rows.astype(np.float64) / temperature
                 z -= z.max(axis=1, keepdims=True)

@@ -104,27 +104,13 @@ def test_cli_writes_reports(checkpoint_factory, tmp_path, capsys):
     assert (out / "diverge.png").is_file() or "plot skipped" in err
 
 
-def test_engines_registered_and_kernels_option(checkpoint_factory):
+def test_engines_registered():
     from mxrl_vllm import diverge as vd
-    from mxrl_vllm.engine import VllmEngine
-    import inspect
 
     vd.register_engines()
     assert {"vllm", "vllm-mxrl-linear", "vllm-mxrl"} <= set(dv.engines())
-    if "kernels" not in inspect.signature(VllmEngine.__init__).parameters:
-        with pytest.raises(ValueError, match="no kernels option"):
-            vd.capture_mxrl_linear(str(checkpoint_factory("tiny-dense", 0)), "mxfp8", [1, 2, 3])
 
 
-def _has_kernels():
-    import inspect
-
-    from mxrl_vllm.engine import VllmEngine
-
-    return "kernels" in inspect.signature(VllmEngine.__init__).parameters
-
-
-@pytest.mark.skipif(not _has_kernels(), reason="this mxrl_vllm's VllmEngine has no kernels option")
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
 def test_vllm_with_mxrl_kernels_equals_learner(checkpoint_factory, preset):
     """kernels='mxrl' on a BF16 checkpoint: every captured point bitwise the learner's."""
