@@ -26,10 +26,11 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
+
+from .experiment import mxfp8_export, run_cli
 
 SAMPLERS = ("vllm", "vllm-mxrl-linear", "vllm-mxrl", "mxrl")
 
@@ -37,12 +38,6 @@ SAMPLERS = ("vllm", "vllm-mxrl-linear", "vllm-mxrl", "mxrl")
 QWEN3_06B = dict(model_type="qwen3", hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
                  num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936,
                  max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)
-
-
-def _bin() -> str:
-    from .experiment import _mxrl_bin
-
-    return _mxrl_bin()
 
 
 def make_models(work: Path, shapes: List[str]) -> Dict[str, str]:
@@ -59,10 +54,7 @@ def make_models(work: Path, shapes: List[str]) -> Dict[str, str]:
                 args = ["--preset", s]
             else:
                 raise ValueError(f"unknown shape {s!r}: tiny-dense, tiny-moe or qwen3-0.6b")
-            r = subprocess.run([_bin(), "init", *args, "--out", str(d), "--dtype", "bf16"], capture_output=True,
-                               text=True)
-            if r.returncode != 0:
-                raise RuntimeError(f"mxrl init {s} failed: {r.stderr.strip()}")
+            run_cli("init", *args, "--out", str(d), "--dtype", "bf16")
             if s == "qwen3-0.6b":  # init writes the character tokenizer, which cannot decode Qwen3's 151936 ids
                 (d / "tokenizer.json").unlink(missing_ok=True)
         out[s] = str(d)
@@ -86,16 +78,12 @@ def _worker(conn, sampler: str, plan: str, model_dir: str, work: str) -> None:
             from .rl import stage_checkpoint
 
             kw: Dict[str, Any] = {}
-            path = stage_checkpoint(model_dir)
             if sampler == "vllm" and plan == "mxfp8":
-                path = str(Path(work) / (Path(model_dir).name + "-mxfp8"))
-                if not Path(path).exists():
-                    r = subprocess.run([_bin(), "export", "--model", model_dir, "--recipe", "mxfp8", "--format",
-                                        "compressed-tensors", "--out", path], capture_output=True, text=True)
-                    if r.returncode != 0:
-                        raise RuntimeError(f"mxrl export failed: {r.stderr.strip()}")
-            elif sampler != "vllm":
-                kw.update(kernels=sampler[len("vllm-"):], plan=plan)
+                path = mxfp8_export(model_dir, Path(work) / (Path(model_dir).name + "-mxfp8"))
+            else:
+                path = stage_checkpoint(model_dir)
+                if sampler != "vllm":
+                    kw.update(kernels=sampler[len("vllm-"):], plan=plan)
             eng = VllmEngine(path, max_model_len=512, kv_cache_bytes=1 << 30, **kw)  # batch 32 of the 0.6B shape in FP32
 
             def gen(prompts, new):

@@ -78,11 +78,22 @@ CLAIMS = [
 ]
 
 
-def _mxrl_bin() -> str:
+def run_cli(*args: str) -> None:
+    """Runs the mxrl CLI ($MXRL_BIN, else the source tree's build/mxrl); its error as one line."""
     b = os.environ.get("MXRL_BIN") or str(Path(__file__).resolve().parents[4] / "build" / "mxrl")
     if not Path(b).is_file():
         raise ValueError(f"{b}: no mxrl binary (set MXRL_BIN or build it with scripts/build.sh)")
-    return b
+    r = subprocess.run([b, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"mxrl {args[0]} failed: {r.stderr.strip()}")
+
+
+def mxfp8_export(model_dir: str, out: Path, recipe: str = "mxfp8") -> str:
+    """`out`: the MXFP8 compressed-tensors export of `model_dir` under `recipe` (made once, reused after)."""
+    if not out.exists():
+        run_cli("export", "--model", str(model_dir), "--recipe", recipe, "--format", "compressed-tensors",
+                "--out", str(out))
+    return str(out)
 
 
 def _eos(model_dir: str) -> List[int]:
@@ -109,13 +120,7 @@ def _engine_model(model_dir: str, cfg: dict, work: Path) -> str:
 
     layout = json.loads((Path(model_dir) / "config.json").read_text())
     if cfg.get("export") and not layout.get("num_experts"):
-        out = work / f"export-{cfg['plan']}"
-        if not out.exists():
-            r = subprocess.run([_mxrl_bin(), "export", "--model", model_dir, "--recipe", cfg["plan"], "--format",
-                                "compressed-tensors", "--out", str(out)], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RuntimeError(f"mxrl export failed: {r.stderr.strip()}")
-        return str(out)
+        return mxfp8_export(model_dir, work / f"export-{cfg['plan']}", cfg["plan"])
     return stage_checkpoint(model_dir)
 
 
