@@ -106,14 +106,14 @@ by ``VllmEngine`` (vLLM's CPU build cannot load its experts).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 MODES = ("vllm", "mxrl-linear", "mxrl")
 
-_state: Dict[str, Any] = {"kernels": "vllm", "plan": "bf16", "off": frozenset()}
+_state: Dict[str, Any] = {"kernels": "vllm", "plan": "bf16", "off": frozenset(), "bf16_copies": True}
 OPS = ("embedding", "rmsnorm", "rope", "swiglu", "attention", "experts", "log_softmax")
 
 
@@ -127,6 +127,8 @@ def set_off(ops: Any = ()) -> None:
 
 def _on(op: str) -> bool:
     return _state["kernels"] == "mxrl" and op not in _state["off"]
+
+
 _registered = False
 
 
@@ -134,16 +136,18 @@ def set_mode(kernels: str, plan: Optional[str] = None) -> None:
     """The mode layers constructed (and ops run) from now on use."""
     if kernels not in MODES:
         raise ValueError(f"kernels={kernels!r}: expected one of {', '.join(MODES)}")
+    bf16_copies = True
     if kernels != "vllm":
         if not plan:
             raise ValueError(f"kernels={kernels!r} needs a plan (e.g. plan='mxfp8')")
-        ops = _ops()
-        info = ops.plan_info(plan)
+        info = _ops().plan_info(plan)
         if kernels == "mxrl" and info.get("fp8_kv_cache"):
             raise ValueError(f"plan {plan!r} keeps an FP8 KV cache: kernels='mxrl' computes attention from vLLM's "
                              "FP32 cache and does not quantize it as the learner does")
+        bf16_copies = info["bf16_embeddings"]
     _state["kernels"] = kernels
     _state["plan"] = plan or "bf16"
+    _state["bf16_copies"] = bf16_copies
 
 
 def mode() -> str:
@@ -171,7 +175,7 @@ def _compute_copy(t: torch.Tensor) -> torch.Tensor:
     """An embedding or norm weight as the learner computes with it: its BF16 rounding where the plan
     says so (plan_info's bf16_embeddings, every plan but fp32), else as held. An engine loaded from an
     F32 checkpoint holds the FP32 masters; one synced from a bundle holds the BF16 values already."""
-    if _ops().plan_info(plan())["bf16_embeddings"]:
+    if _state["bf16_copies"]:  # the plan's, read once by set_mode
         return t.to(torch.bfloat16).to(t.dtype)
     return t
 
@@ -263,12 +267,28 @@ def _is_fp8(t: Optional[torch.Tensor]) -> bool:
     return t is not None and t.dtype in (torch.float8_e4m3fn, torch.uint8) and t.dim() == 2
 
 
-def _wrap_quant_method(layer: torch.nn.Module) -> None:
-    """Swap the class of layer.quant_method for one that prepares and calls mxrl (isinstance checks still hold)."""
+def _subclass_quant_method(layer: torch.nn.Module, make: Callable[[type], Dict[str, Any]]) -> None:
+    """Swap the class of layer.quant_method for a subclass of it with the methods make(base) gives
+    (isinstance checks still hold); once per layer."""
     qm = getattr(layer, "quant_method", None)
     if qm is None or getattr(qm, "_mxrl_wrapped", False):
         return
     base = type(qm)
+    qm.__class__ = type(f"Mxrl{base.__name__}", (base,),
+                        {**make(base), "_mxrl_wrapped": True, "__module__": __name__})
+
+
+def _weight_ref(w: torch.Tensor) -> Tuple[int, int]:
+    """Which weight a prepared linear was made from: its storage and version (a refit writing it in place moves it)."""
+    return (w.data.data_ptr(), w.data._version)
+
+
+def _wrap_quant_method(layer: torch.nn.Module) -> None:
+    """layer.quant_method prepares mxrl's linears after (re)loading and calls them."""
+    _subclass_quant_method(layer, _linear_methods)
+
+
+def _linear_methods(base: type) -> Dict[str, Any]:
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         lyr = layer  # (the base's parameter name: vLLM may pass it by keyword)
@@ -276,7 +296,7 @@ def _wrap_quant_method(layer: torch.nn.Module) -> None:
         if w is not None and not w.is_meta and w.numel() > 0 and w.dtype in (torch.float32, torch.bfloat16,
                                                                               torch.float16):
             _prepare_linears(lyr, w.data)  # before vLLM's CPU path packs the weight away
-            lyr.mxrl_weight_ref = (w.data.data_ptr(), w.data._version)
+            lyr.mxrl_weight_ref = _weight_ref(w)
             base.process_weights_after_loading(self, lyr)
             return
         base.process_weights_after_loading(self, lyr)
@@ -294,17 +314,15 @@ def _wrap_quant_method(layer: torch.nn.Module) -> None:
             return base.apply(self, lyr, x, bias)
         ref = getattr(lyr, "mxrl_weight_ref", None)
         w = getattr(lyr, "weight", None)
-        if ref is not None and w is not None and w.numel() > 0 and (w.data.data_ptr(), w.data._version) != ref:
+        if ref is not None and w is not None and w.numel() > 0 and _weight_ref(w) != ref:
             _prepare_linears(lyr, w.data)  # a tied head whose embedding a refit rewrote
-            lyr.mxrl_weight_ref = (w.data.data_ptr(), w.data._version)
+            lyr.mxrl_weight_ref = _weight_ref(w)
         y = _linear_forward(lyr, x, bias)
         if lyr.mxrl_kinds == ("router",):
             _router_logits[lyr.prefix.rsplit(".", 1)[0]] = y.reshape(-1, y.shape[-1]).to(torch.float32)
         return y
 
-    qm.__class__ = type(f"Mxrl{base.__name__}", (base,), {
-        "process_weights_after_loading": process_weights_after_loading, "apply": apply, "_mxrl_wrapped": True,
-        "__module__": __name__})
+    return {"process_weights_after_loading": process_weights_after_loading, "apply": apply}
 
 
 # ------------------------------------------------------------------ MoE experts
@@ -329,10 +347,11 @@ def _prepare_experts(layer: torch.nn.Module) -> None:
 
 
 def _wrap_moe_method(layer: torch.nn.Module) -> None:
-    qm = getattr(layer, "quant_method", None)
-    if qm is None or getattr(qm, "_mxrl_wrapped", False):
-        return
-    base = type(qm)
+    """The experts' quant method prepares mxrl's experts after (re)loading and runs them on given routing."""
+    _subclass_quant_method(layer, _moe_methods)
+
+
+def _moe_methods(base: type) -> Dict[str, Any]:
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         lyr = layer  # (the base's parameter name: vLLM may pass it by keyword)
@@ -351,9 +370,7 @@ def _wrap_moe_method(layer: torch.nn.Module) -> None:
         w = topk_weights.to(torch.float32).contiguous().numpy()
         return torch.from_numpy(np.asarray(lyr.mxrl_experts.forward(xf, ids, w))).to(x.dtype)
 
-    qm.__class__ = type(f"Mxrl{base.__name__}", (base,), {
-        "process_weights_after_loading": process_weights_after_loading, "apply": apply, "_mxrl_wrapped": True,
-        "__module__": __name__})
+    return {"process_weights_after_loading": process_weights_after_loading, "apply": apply}
 
 
 # The router's FP32 logits of the current forward, per MoE block ("model.layers.N.mlp"): the gate's
