@@ -5,27 +5,20 @@
 // tree's build-py/venv, where scripts/vllm.sh installs vLLM and the adapter —
 // passing its arguments through. `python -m mxrl diverge` is the same
 // comparison where only mxrl's own sampler is to be compared.
-#include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "experiments/report.h"
 #include "util/error.h"
-
-#ifndef MXRL_ENGINE_PYTHON
-#define MXRL_ENGINE_PYTHON "build-py/venv/bin/python"
-#endif
+#include "util/process.h"
 
 namespace mxrl {
 
 void add_diverge_command(CLI::App& app) {
   struct Args {
-    std::string python = MXRL_ENGINE_PYTHON;
+    std::string python = default_engine_python();
   };
   auto a = std::make_shared<Args>();
   auto* c = app.add_subcommand(
@@ -44,14 +37,7 @@ void add_diverge_command(CLI::App& app) {
       fail("diverge: {} is missing (run scripts/vllm.sh, or pass --python; `python -m mxrl diverge` compares "
            "mxrl's own sampler without vLLM)",
            a->python);
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) self[n] = 0, setenv("MXRL_BIN", self, 0);
-    std::vector<char*> args;
-    for (std::string& x : argv) args.push_back(x.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    fail("diverge: cannot run {}: {}", a->python, std::strerror(errno));
+    exec_program(argv);
   });
 }
 

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +23,7 @@
 #include "util/clock.h"
 #include "util/cpu.h"
 #include "util/error.h"
+#include "util/process.h"
 #include "util/thread_pool.h"
 
 #ifndef MXRL_REPORT_SCRIPT
@@ -37,6 +37,8 @@ namespace mxrl {
 
 namespace fs = std::filesystem;
 using Progress = std::function<void(const std::string&)>;
+
+std::string default_engine_python() { return MXRL_ENGINE_PYTHON; }
 
 std::vector<std::string> report_parts() { return {"matching", "rl-kl", "speed", "faults", "engine"}; }
 
@@ -204,31 +206,11 @@ nlohmann::json run_speed(const ReportConfig& cfg, const WarmStarts& w, const Pro
 }  // namespace
 
 namespace {
-// Runs argv[0] with its arguments (MXRL_BIN set to this program, for the
-// scripts that call the CLI back); returns its exit status, 127 when it could not start.
-int run_program(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return 127;
-  if (pid == 0) {
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) self[n] = 0, setenv("MXRL_BIN", self, 0);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
 // The real-engine part: mxrl-vllm's experiment (exact KL per sampler
 // configuration), its throughput bench and diverge, run by the Python that has
 // vLLM and the adapter (scripts/vllm.sh installs them into build-py/venv).
 void run_engine_part(const ReportConfig& cfg, const WarmStarts& w, const Progress& progress) {
-  const std::string py = cfg.engine_python.empty() ? std::string(MXRL_ENGINE_PYTHON) : cfg.engine_python;
+  const std::string py = cfg.engine_python.empty() ? default_engine_python() : cfg.engine_python;
   if (!fs::exists(py))
     fail("report: engine part: {} is missing (run scripts/vllm.sh, or pass --engine-python)", py);
   std::vector<std::vector<std::string>> runs = {

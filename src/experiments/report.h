@@ -36,12 +36,15 @@ struct ReportConfig {
   std::string python = "/usr/bin/python3";
   std::string script;  // "" : the source tree's scripts/report.py
   // The engine part (not among the default parts): a Python with vLLM and mxrl-vllm
-  // ("" : the source tree's build-py/venv/bin/python, where scripts/vllm.sh installs them).
+  // ("" : default_engine_python()).
   std::string engine_python;
   bool render = true;  // run the script after the experiments
 };
 
 std::vector<std::string> report_parts();  // matching, rl-kl, speed, faults, engine
+// The Python with vLLM and mxrl-vllm that the engine part and `mxrl diverge` run:
+// the source tree's build-py/venv/bin/python (scripts/vllm.sh makes it).
+std::string default_engine_python();
 
 // Runs the parts, writes their JSON into cfg.out (atomically), then renders.
 // `progress` gets one line per measurement.
