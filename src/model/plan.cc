@@ -20,8 +20,9 @@ std::string LinearPrecision::str() const {
   return t.name;
 }
 
-LinearPrecision LinearPrecision::parse(const std::string& s) {
-  // Every precision str() can print, with defaults where it prints nothing.
+std::vector<LinearPrecision> LinearPrecision::all() {
+  // Element types only where the format has them (MX, FP8), scale rules only for MX: the rest print alike.
+  std::vector<LinearPrecision> out;
   for (Precision p :
        {Precision::FP32, Precision::BF16, Precision::MXFP8, Precision::FP8Tensor, Precision::FP8Block128}) {
     const WFormat f = precision_traits(p).wformat;
@@ -29,11 +30,16 @@ LinearPrecision LinearPrecision::parse(const std::string& s) {
       if (e != ElemType::E4M3 && f != WFormat::MX && f != WFormat::FP8) continue;
       for (ScaleRule r : {ScaleRule::RCeil, ScaleRule::Floor}) {
         if (r != ScaleRule::RCeil && f != WFormat::MX) continue;
-        const LinearPrecision lp{p, e, r};
-        if (lp.str() == s) return lp;
+        out.push_back({p, e, r});
       }
     }
   }
+  return out;
+}
+
+LinearPrecision LinearPrecision::parse(const std::string& s) {
+  for (const LinearPrecision& lp : all())
+    if (lp.str() == s) return lp;
   fail("unknown linear precision '{}' (e.g. fp32, bf16, mxfp8(e4m3,rceil), fp8-block128(e4m3))", s);
 }
 

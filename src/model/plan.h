@@ -51,6 +51,8 @@ struct LinearPrecision {
   // The inverse of str(); fields str() does not show keep their defaults
   // (E4M3, RCeil). Throws mxrl::Error quoting the string.
   static LinearPrecision parse(const std::string& s);
+  // Every precision str() prints, each once (defaults where it prints nothing): what parse accepts.
+  static std::vector<LinearPrecision> all();
 };
 
 struct PlanOverride {
