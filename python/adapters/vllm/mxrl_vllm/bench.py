@@ -81,7 +81,7 @@ def _worker(conn, sampler: str, plan: str, model_dir: str, work: str) -> None:
             if sampler == "vllm" and plan == "mxfp8":
                 path = mxfp8_export(model_dir, Path(work) / (Path(model_dir).name + "-mxfp8"))
             else:
-                path = stage_checkpoint(model_dir)
+                path = stage_checkpoint(model_dir, Path(work) / (Path(model_dir).name + "-staged"))
                 if sampler != "vllm":
                     kw.update(kernels=sampler[len("vllm-"):], plan=plan)
             eng = VllmEngine(path, max_model_len=512, kv_cache_bytes=1 << 30, **kw)  # batch 32 of the 0.6B shape in FP32

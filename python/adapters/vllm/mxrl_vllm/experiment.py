@@ -121,7 +121,7 @@ def _engine_model(model_dir: str, cfg: dict, work: Path) -> str:
     layout = json.loads((Path(model_dir) / "config.json").read_text())
     if cfg.get("export") and not layout.get("num_experts"):
         return mxfp8_export(model_dir, work / f"export-{cfg['plan']}", cfg["plan"])
-    return stage_checkpoint(model_dir)
+    return stage_checkpoint(model_dir, work / "staged")  # once per model, removed with `work`
 
 
 def sample_vllm(model_dir: str, cfg: dict, reqs: List[dict], seed: int, work: Path) -> Dict[str, Any]:

@@ -98,16 +98,21 @@ def make_engine(engine_model: str, seed: int, inject: List[str], repairs: bool =
     return e
 
 
-def stage_checkpoint(model_dir: str) -> str:
+def stage_checkpoint(model_dir: str, dst: Optional[Path] = None) -> str:
     """A folder vLLM loads as the engine's starting weights: the checkpoint's config.json and
     model.safetensors only (an mxrl training state also holds the optimizer's tensors, which vLLM
     would take for weights). The first sync overwrites every weight, so any checkpoint of the
-    model's shape serves."""
+    model's shape serves. dst: the folder to stage into (made once and reused; default a new
+    temporary folder)."""
     src = Path(model_dir)
     for f in ("config.json", "model.safetensors"):
         if not (src / f).is_file():
             raise ValueError(f"{model_dir}: no {f} (pass --engine-model: a checkpoint or MXFP8 export vLLM loads)")
-    dst = Path(tempfile.mkdtemp(prefix="mxrl-vllm-engine-"))
+    if dst is not None and (dst / "config.json").is_file():
+        return str(dst)
+    if dst is None:
+        dst = Path(tempfile.mkdtemp(prefix="mxrl-vllm-engine-"))
+    dst.mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "config.json", dst / "config.json")
     os.symlink((src / "model.safetensors").resolve(), dst / "model.safetensors")
     return str(dst)
