@@ -163,6 +163,7 @@ void bench_decode(const BenchDecodeOptions& a) {
     fail("bench decode: --prompt-len {} + --steps {} exceeds the {} positions of {}", a.prompt_len, a.steps,
          cfg.max_position_embeddings, a.shape);
 
+  const nlohmann::json provenance = bench_provenance(a.pair_kernel);
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   Progress progress;
@@ -294,7 +295,8 @@ void bench_decode(const BenchDecodeOptions& a) {
                         {"steps", a.steps},
                         {"prefill_reps", a.prefill_reps},
                         {"threads", pool.size()},
-                        {"pair_kernel", pair_kernel_name(resolve_pair_kernel(a.pair_kernel))},
+                        {"pair_kernel", pair_kernel_summary(a.pair_kernel)},
+                        {"provenance", provenance},
                         {"memcpy_gbps", memcpy_gbps},
                         {"read_gbps", read_gbps},
                         {"bandwidth_buffer_bytes", bw0.bytes},
@@ -330,9 +332,8 @@ void bench_decode(const BenchDecodeOptions& a) {
   }
   fmt::print(
       "bench decode: {} ({:.1f} M params, random init {:.2f} s), prompt {} tokens, {} decode steps, "
-      "{} thread(s), pair kernel {}\n",
-      a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(),
-      pair_kernel_name(resolve_pair_kernel(a.pair_kernel)));
+      "{} thread(s)\n{}",
+      a.shape, params.numel() / 1e6, init_s, a.prompt_len, a.steps, pool.size(), bench_provenance_text(provenance));
   fmt::print("memcpy {:.2f} GB/s (bytes copied), read {:.2f} GB/s ({:.0f} MiB buffer, best of before/after)\n",
              memcpy_gbps, read_gbps, bw0.bytes / MiB);
   fmt::print("plans interleaved; prefill: median of {}, decode: median step; ratios to {} at the same batch\n",

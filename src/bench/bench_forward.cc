@@ -7,6 +7,7 @@
 #include <random>
 
 #include "bench/bench.h"
+#include "bench/bench_util.h"
 #include "model/init.h"
 #include "model/score.h"
 #include "tokenizer/tokenizer.h"
@@ -16,6 +17,7 @@
 namespace mxrl {
 
 void bench_forward(const BenchForwardOptions& a) {
+  const nlohmann::json provenance = bench_provenance(PairKernel::Auto);
   ThreadPool pool(a.threads);
   const int64_t vocab = builtin_char_tokenizer().vocab_size();
   ParamTable params(preset_config(a.preset, vocab));
@@ -32,11 +34,14 @@ void bench_forward(const BenchForwardOptions& a) {
                       {"seq_len", a.seq_len},
                       {"threads", pool.size()},
                       {"params", params.numel()},
+                      {"provenance", provenance},
                       {"results", nlohmann::json::array()}};
   if (!a.json)
     fmt::print(
-        "bench forward: {} ({:.2f} M params), {} x {} tokens, {} thread(s), median of 3\n{:<14} {:>10} {:>10} {:>12}\n",
-        a.preset, params.numel() / 1e6, a.batch, a.seq_len, pool.size(), "plan", "tokens/s", "x first", "prepare ms");
+        "bench forward: {} ({:.2f} M params), {} x {} tokens, {} thread(s), median of 3\n{}{:<14} {:>10} {:>10} "
+        "{:>12}\n",
+        a.preset, params.numel() / 1e6, a.batch, a.seq_len, pool.size(), bench_provenance_text(provenance), "plan",
+        "tokens/s", "x first", "prepare ms");
   double base = 0;
   for (const std::string& name : a.plans) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -4,7 +4,8 @@
 // threads. X is FP32 for mxrl (oneDNN BF16 gets it already rounded to BF16);
 // weight packing / reordering and primitive creation are not timed (mxrl's pack
 // time is reported on its own). The bf16 and mxfp8 columns use the pair kernel
-// --kernels selects (auto: VDPBF16PS where it passes its self-test); where the
+// --kernels selects (auto: per shape class, dot or fma, whichever a start-up
+// micro-benchmark found faster; gemm.h pair_kernel_choice); where the
 // CPU has AMX, two more columns time the AMX pair kernel on the same weights.
 // oneDNN picks its own ISA (AMX on such a CPU); ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
 // in the environment (read once, at its first use) caps it below AMX.
@@ -77,9 +78,9 @@ struct Row {
 }  // namespace
 
 void bench_gemm(const BenchGemmOptions& a) {
-  const PairKernel pair_kernel = resolve_pair_kernel(a.pair_kernel);
+  const nlohmann::json provenance = bench_provenance(a.pair_kernel);
   // The AMX columns: where it runs and is not already what the bf16 / mxfp8 columns use.
-  const bool amx_cols = detail::amx_available() && pair_kernel != PairKernel::Amx;
+  const bool amx_cols = detail::amx_available() && resolve_pair_kernel(a.pair_kernel, 1) != PairKernel::Amx;
   ThreadPool pool(a.threads);
   set_onednn_threads(pool.size());
   const Exec exec{&pool, Backend::Auto, a.pair_kernel};
@@ -157,7 +158,8 @@ void bench_gemm(const BenchGemmOptions& a) {
   nlohmann::json j = {{"bench", "gemm"},
                       {"threads", pool.size()},
                       {"backend", backend_name(be)},
-                      {"pair_kernel", pair_kernel_name(pair_kernel)},
+                      {"pair_kernel", pair_kernel_summary(a.pair_kernel)},
+                      {"provenance", provenance},
                       {"onednn_impl_bf16", impl_bf16},
                       {"onednn_impl_f32", impl_f32},
                       {"mx", "e4m3 rceil row"},
@@ -165,11 +167,11 @@ void bench_gemm(const BenchGemmOptions& a) {
                       {"results", nlohmann::json::array()}};
   if (!a.json) {
     fmt::print(
-        "bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; backend {}, pair kernel {}, {} thread(s); median "
-        "GFLOP/s{}\n"
+        "bench gemm: Y = X W^T, X FP32 [M,K], W [N,K]; {} thread(s); median GFLOP/s{}\n{}"
         "oneDNN {}.{}.{}: bf16 impl {}, f32 impl {}\n",
-        backend_name(be), pair_kernel_name(pair_kernel), pool.size(),
+        pool.size(),
         amx_cols ? "; amx-bf16 / amx-mx: the AMX pair kernel (batch-invariant, not the reference chain)" : "",
+        bench_provenance_text(provenance),
         dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, impl_bf16, impl_f32);
     fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}", "M", "N", "K", "bf16",
                "mxfp8", "f32", "dnnl-bf16", "dnnl-f32", "bf16/df", "mx/df", "f32/df", "bf16/dbf");

@@ -29,6 +29,7 @@ struct Result {
 }  // namespace
 
 void bench_quantize(const BenchQuantizeOptions& a) {
+  const nlohmann::json provenance = bench_provenance(PairKernel::Auto, /*uses_gemm=*/false);
   ThreadPool pool(a.threads);
   const auto elem = *elem_from_name(a.elem);
   const int64_t cols = 4096, rows = std::max<int64_t>(32, int64_t(a.size_mib) * (1 << 20) / 4 / cols / 32 * 32);
@@ -71,13 +72,14 @@ void bench_quantize(const BenchQuantizeOptions& a) {
   nlohmann::json j = {{"bench", "quantize"},         {"threads", pool.size()},
                       {"backend", backend_name(be)}, {"elem", a.elem},
                       {"scale_rule", "rceil"},       {"shape", {rows, cols}},
-                      {"memcpy_gbps", memcpy_gbps},  {"results", nlohmann::json::array()}};
+                      {"memcpy_gbps", memcpy_gbps},  {"provenance", provenance},
+                      {"results", nlohmann::json::array()}};
   if (!a.json)
     fmt::print(
-        "bench quantize: {} x {} FP32 ({:.0f} MiB), {} {}, backend {}, {} thread(s); median times\n"
+        "bench quantize: {} x {} FP32 ({:.0f} MiB), {} {}, backend {}, {} thread(s); median times\n{}"
         "{:<28} {:>10} {:>10} {:>10}\n",
-        rows, cols, fbytes / (1 << 20), a.elem, "rceil", backend_name(be), pool.size(), "op", "GB/s in", "Gelem/s",
-        "x memcpy");
+        rows, cols, fbytes / (1 << 20), a.elem, "rceil", backend_name(be), pool.size(),
+        bench_provenance_text(provenance), "op", "GB/s in", "Gelem/s", "x memcpy");
   for (const Result& r : res) {
     const double gbps = r.bytes_in / r.seconds / 1e9;
     j["results"].push_back({{"op", r.op},

@@ -89,10 +89,13 @@ void bench_sync(const BenchSyncOptions& a) {
   if (session.size() != 2) fail("bench sync needs 2 MPI ranks (sender and receiver): mpirun -np 2 mxrl bench sync");
   const MpiComm c(MPI_COMM_WORLD);
   if (c.rank() == 1) return serve(c);
+  const nlohmann::json provenance = bench_provenance(PairKernel::Auto);
   ThreadPool pool(a.threads);
   const Exec exec{&pool};
   const int64_t vocab = builtin_char_tokenizer().vocab_size();
   nlohmann::json rows = nlohmann::json::array();
+  fmt::print("bench sync: weight sync over MPI beside raw MPI, 2 ranks, {} thread(s)\n{}", pool.size(),
+             bench_provenance_text(provenance));
   fmt::print("{:<11} {:<7} {:>12} {:>9} {:>11} {:>11} {:>9} {:>7}\n", "model", "sampler", "bytes", "build ms",
              "sync ms", "raw ms", "sync GB/s", "x bw");
   uint64_t version = 1;
@@ -133,7 +136,8 @@ void bench_sync(const BenchSyncOptions& a) {
     }
   }
   c.bcast({}, 0);  // done
-  if (a.json) fmt::print("{}\n", nlohmann::json{{"bench", "sync"}, {"rows", rows}}.dump());
+  if (a.json)
+    fmt::print("{}\n", nlohmann::json{{"bench", "sync"}, {"provenance", provenance}, {"rows", rows}}.dump());
 }
 
 }  // namespace mxrl

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/bench_util.h"
 #include "experiments/train_sweep.h"
 #include "kernels/gemm/gemm.h"
 #include "model/init.h"
@@ -15,6 +16,7 @@
 namespace mxrl {
 
 void bench_train(BenchTrainOptions a) {
+  const nlohmann::json provenance = bench_provenance(a.pair_kernel);
   ThreadPool pool(a.threads);
   const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   a.cfg.budgets = a.sweep ? a.budgets : std::vector<int64_t>{a.micro_batch_tokens};
@@ -22,10 +24,10 @@ void bench_train(BenchTrainOptions a) {
   if (!a.json)
     fmt::print(
         "bench train: {}, {} tokens per step ({} x {}), {} thread(s), median of {}, weight quantizations made "
-        "once per {}, pair kernel {}\n"
+        "once per {}\n{}"
         "{:<8} {:>7} {:>4} {:>9} {:>8} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8}\n",
         c.preset, c.tokens, c.tokens / c.seq_len, c.seq_len, pool.size(), c.reps,
-        c.requant_every_microbatch ? "micro-batch" : "step", pair_kernel_name(resolve_pair_kernel(a.pair_kernel)),
+        c.requant_every_microbatch ? "micro-batch" : "step", bench_provenance_text(provenance),
         "recipe", "budget", "mbs", "tokens/s", "x " + c.recipes[0], "w-quant", "a-quant", "gemm", "attn", "adamw",
         "rest", "mb ms", "us/token");
   auto row = [&](const nlohmann::json& r) {
@@ -38,8 +40,9 @@ void bench_train(BenchTrainOptions a) {
         d("tokens_per_s"), d("ratio_to_first"), d("weight_quant_s"), d("act_quant_s"), d("gemm_s"), d("attention_s"),
         d("optimizer_s"), d("rest_s"), d("microbatch_s") * 1e3, d("microbatch_s") / d("microbatch_tokens") * 1e6);
   };
-  const nlohmann::json j = bench_train(c, row, exec);
+  nlohmann::json j = bench_train(c, row, exec);
   if (a.json) {
+    j["provenance"] = provenance;
     fmt::print("{}\n", j.dump());
     return;
   }

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/params.h"
+#include "util/cpu.h"
 #include "util/clock.h"
 #include "util/thread_pool.h"
 
@@ -33,6 +37,19 @@ inline double time_median(const std::function<void()>& fn, double min_time) {
   }
   return median(std::move(t));
 }
+
+// What a bench's figures were measured with, for its header and its --json
+// object ("provenance"): the version and git commit of the build, the CPU's
+// model name, the ISA features that decide the kernels (avx512, avx512_bf16,
+// amx: AMX-TILE + AMX-BF16 by CPUID) and the kernels used: the backend and,
+// for BF16 and MX weights, the pair kernel `requested` resolves to, per shape
+// class for Auto (with the start-up micro-benchmark's times). uses_gemm =
+// false (bench quantize): no pair kernel, nothing measured. Call it before
+// the bench starts its own work: Auto's micro-benchmark runs at its first use
+// (bench_util.cc).
+nlohmann::json bench_provenance(PairKernel requested, bool uses_gemm = true);
+// The provenance as the header's two lines, each ending in a newline.
+std::string bench_provenance_text(const nlohmann::json& p);
 
 // A cheap deterministic stand-in for init_params at 0.6B (bench_decode.cc).
 void fill_params(ParamTable& params, ThreadPool& pool, float std = 0.02f);

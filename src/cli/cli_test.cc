@@ -23,6 +23,7 @@
 #include "model/checkpoint.h"
 #include "model/score.h"
 #include "numerics/mx.h"
+#include "util/cpu.h"
 
 namespace mxrl {
 namespace {
@@ -235,8 +236,23 @@ TEST_F(Cli, VersionIsTheProjectVersionThePythonPackageReads) {
   EXPECT_FALSE(std::regex_search(pyproject, std::regex(R"(\n\s*version\s*=)"))) << "a second, static version";
 }
 
+// Every bench's provenance (bench_util.h): version, commit, CPU, ISA, kernels.
+void expect_provenance(const nlohmann::json& j, bool gemm) {
+  ASSERT_TRUE(j.contains("provenance")) << j.dump();
+  const auto& p = j["provenance"];
+  EXPECT_TRUE(std::regex_match(p["commit"].get<std::string>(), std::regex("[0-9a-f]{7,40}(-dirty)?|unknown")))
+      << p["commit"];
+  EXPECT_FALSE(p["cpu"].get<std::string>().empty());
+  EXPECT_EQ(p["isa"]["avx512"], cpu_features().avx512);
+  EXPECT_EQ(p["isa"]["avx512_bf16"], cpu_features().avx512_bf16);
+  EXPECT_TRUE(p["isa"]["amx"].is_boolean());
+  EXPECT_EQ(p["kernels"]["backend"], cpu_features().avx512 ? "avx512" : "scalar");
+  EXPECT_EQ(p["kernels"].contains("pair_kernel"), gemm);
+}
+
 // The bench bodies (bench/) behind the CLI's options: --kernels is the
-// bench's Exec::pair_kernel, named in its output.
+// bench's Exec::pair_kernel, named in its output; auto names its kernel per
+// shape class, and MXRL_PAIR_KERNEL forces auto's.
 TEST_F(Cli, BenchGemmQuickJsonNamesThePairKernel) {
   const CmdResult r = run("bench gemm --quick --json --min-time 0 --threads 1 --kernels fma");
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -244,7 +260,28 @@ TEST_F(Cli, BenchGemmQuickJsonNamesThePairKernel) {
   const auto j = nlohmann::json::parse(last);
   EXPECT_EQ(j["pair_kernel"], "fma");
   EXPECT_EQ(j["results"].size(), 3u);
+  expect_provenance(j, true);
+  EXPECT_EQ(j["provenance"]["kernels"]["pair_kernel"]["requested"], "fma");
   EXPECT_EQ(run("bench gemm --quick --kernels nope").rc, 2);
+  if (!cpu_features().avx512) return;
+  for (const char* forced : {"", "fma"}) {
+    if (*forced) ::setenv("MXRL_PAIR_KERNEL", forced, 1);
+    const CmdResult a = run("bench gemm --quick --json --min-time 0 --threads 1");
+    ::unsetenv("MXRL_PAIR_KERNEL");
+    ASSERT_EQ(a.rc, 0) << a.err;
+    const auto ja = nlohmann::json::parse(a.out.substr(a.out.rfind('\n', a.out.size() - 2) + 1));
+    expect_provenance(ja, true);
+    const auto& pk = ja["provenance"]["kernels"]["pair_kernel"];
+    EXPECT_EQ(pk["requested"], "auto");
+    ASSERT_EQ(pk["classes"].size(), 2u) << pk;
+    for (const auto& c : pk["classes"]) {
+      if (*forced)
+        EXPECT_EQ(c["kernel"], forced) << pk;
+      else
+        EXPECT_TRUE(c["kernel"] == "fma" || (c["kernel"] == "dot" && cpu_features().avx512_bf16)) << pk;
+    }
+    EXPECT_EQ(pk["how"], *forced ? "MXRL_PAIR_KERNEL=fma" : pk["how"].get<std::string>());
+  }
 }
 
 TEST_F(Cli, BenchQuantizeJson) {
@@ -253,6 +290,12 @@ TEST_F(Cli, BenchQuantizeJson) {
   const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
   const auto j = nlohmann::json::parse(last);
   EXPECT_GT(j["memcpy_gbps"].get<double>(), 0);
+  expect_provenance(j, false);
+  const CmdResult t = run("bench quantize --size-mib 1 --min-time 0 --threads 1");  // the table's header
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_NE(t.out.find(", commit " + j["provenance"]["commit"].get<std::string>() + "; CPU "), std::string::npos)
+      << t.out;
+  EXPECT_NE(t.out.find("kernels: backend "), std::string::npos) << t.out;
   ASSERT_GE(j["results"].size(), 5u);
   for (const auto& x : j["results"]) EXPECT_GT(x["gbps_input"].get<double>(), 0) << x;
 }

@@ -35,8 +35,9 @@ inline CLI::Option* add_threads_option(CLI::App* cmd, int* threads) {
 inline CLI::Option* add_kernels_option(CLI::App* cmd, std::string* kernels) {
   return cmd
       ->add_option("--kernels", *kernels,
-                   "GEMM pair kernel for BF16/MX weights: auto (dot where it passes its self-test, else fma), "
-                   "fma, dot (VDPBF16PS), amx (AMX tiles: batch-invariant, not the reference chain)")
+                   "GEMM pair kernel for BF16/MX weights: auto (per shape class, dot or fma, whichever a start-up "
+                   "micro-benchmark finds faster; MXRL_PAIR_KERNEL=dot|fma forces it), fma, dot (VDPBF16PS), amx "
+                   "(AMX tiles: batch-invariant, not the reference chain)")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx"}))
       ->default_val("auto");
 }

@@ -287,7 +287,7 @@ TEST_P(LearnerAmx, SamplerAgreementAndThreadInvarianceHoldUnderAmx) {
   Learner(params, cfg).loss_and_grads(batch, g_auto);
 
   const Exec amx{nullptr, Backend::Auto, PairKernel::Amx};
-  ASSERT_EQ(resolve_pair_kernel(amx.pair_kernel), PairKernel::Amx);
+  ASSERT_EQ(resolve_pair_kernel(amx.pair_kernel, 1), PairKernel::Amx);
   const Model sampler(params, PrecisionPlan::resolve(plan), amx);
   Learner learner(params, cfg, amx);
   const auto ours = learner.logprobs(batch);

@@ -31,6 +31,25 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
+const std::string& cpu_model_name() {
+  static const std::string name = [] {
+    std::string s;
+    unsigned r[4];
+    if (__get_cpuid(0x80000000u, &r[0], &r[1], &r[2], &r[3]) && r[0] >= 0x80000004u)
+      for (unsigned leaf = 0x80000002u; leaf <= 0x80000004u; ++leaf) {
+        __get_cpuid(leaf, &r[0], &r[1], &r[2], &r[3]);
+        s.append(reinterpret_cast<const char*>(r), sizeof r);
+      }
+    s = s.substr(0, s.find('\0'));
+    std::string t;  // runs of spaces as one, none at the ends
+    for (char c : s)
+      if (c != ' ' || (!t.empty() && t.back() != ' ')) t += c;
+    while (!t.empty() && t.back() == ' ') t.pop_back();
+    return t.empty() ? std::string("unknown") : t;
+  }();
+  return name;
+}
+
 bool request_amx() {
   static const bool ok = [] {
     const CpuFeatures& f = cpu_features();

@@ -1,12 +1,14 @@
 // Runtime CPU feature detection and backend choice. Every fast kernel has a
 // scalar reference; `MXRL_BACKEND=scalar` in the environment forces it.
 #pragma once
+#include <string>
 
 namespace mxrl {
 
 enum class Backend { Auto, Scalar, Avx512 };
 // How the AVX-512 backend computes GEMMs with BF16 and MX weights (kernels/gemm/gemm.h):
-// Auto (VDPBF16PS where it passes its self-test, else FMA), Dot, Fma, or Amx
+// Auto (per shape class, the faster of Dot and Fma here; Dot only where
+// VDPBF16PS passes its self-test: pair_kernel_choice), Dot, Fma, or Amx
 // (AMX tiles: batch-invariant but not the reference pair chain; only when asked for).
 enum class PairKernel { Auto, Dot, Fma, Amx };
 
@@ -18,6 +20,9 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
+// The CPU's model name, as CPUID's brand string gives it (what /proc/cpuinfo
+// calls "model name"), spaces trimmed; "unknown" where there is none.
+const std::string& cpu_model_name();
 // AMX-TILE + AMX-BF16 usable by this process: the CPU has them (and
 // AVX-512), and the OS granted the tile data state (on Linux, arch_prctl
 // ARCH_REQ_XCOMP_PERM for XTILEDATA, asked once, at the first call; the

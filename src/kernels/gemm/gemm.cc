@@ -3,6 +3,7 @@
 #include "kernels/gemm/gemm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,20 @@ const char* wformat_name(WFormat f) {
 }
 
 namespace detail {
+#if defined(__x86_64__)
+namespace {
+const GemmKernels& pair_table(PairKernel k) { return k == PairKernel::Dot ? kGemmAvx512Dot : kGemmAvx512; }
+
+// Auto with classes that chose differently: each call (one row block) runs
+// under its class's kernel. The two tables block rows alike, and both compute
+// the contract's bits, so a GEMM may mix them.
+void run_pairs_by_class(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0,
+                        int64_t p1) {
+  pair_table(resolve_pair_kernel(PairKernel::Auto, m1 - m0)).run(x, w, y, m0, m1, p0, p1);
+}
+}  // namespace
+#endif
+
 const GemmKernels& gemm_kernels(const Exec& exec, WFormat f) {
   const GemmKernels& t = backend_table(exec.backend, kGemmScalar, MXRL_AVX512(kGemmAvx512));
 #if defined(__x86_64__)
@@ -39,11 +54,18 @@ const GemmKernels& gemm_kernels(const Exec& exec, WFormat f) {
   // tiles (which also block rows by its 16-row tiles; each output is the same
   // in any block: the blocking only sets how work is shared).
   if (&t == &kGemmAvx512 && pair_contract(f)) {
-    switch (resolve_pair_kernel(exec.pair_kernel)) {
-      case PairKernel::Dot: return kGemmAvx512Dot;
-      case PairKernel::Amx: return kGemmAmx;
-      default: return t;
+    PairKernel k = exec.pair_kernel;
+    if (k == PairKernel::Amx) {
+      if (amx_available()) return kGemmAmx;
+      k = PairKernel::Auto;
     }
+    if (k == PairKernel::Auto) {
+      const std::vector<PairKernelClass>& c = pair_kernel_choice().classes;
+      if (c[0].kernel == c[1].kernel) return pair_table(c[0].kernel);
+      static const GemmKernels by_class = {run_pairs_by_class, kGemmAvx512.block_rows, kGemmAvx512.tile_rows};
+      return by_class;
+    }
+    return pair_table(resolve_pair_kernel(k, 1));
   }
 #endif
   return t;
@@ -173,10 +195,117 @@ bool amx_available() {
 
 }  // namespace detail
 
-PairKernel resolve_pair_kernel(PairKernel k) {
+namespace {
+#if defined(__x86_64__)
+// Best-of-reps seconds of one kernel call over all of [m, n, K] with BF16 and
+// with MX E4M3 weights (summed), for dot and fma, on the calling thread.
+struct PairTimes {
+  double dot = 0, fma = 0;
+};
+PairTimes time_pair_kernels(int64_t m, int64_t n) {
+  constexpr int64_t K = 1024;
+  constexpr int kReps = 7;
+  uint64_t state = 0x2545F4914F6CDD1Dull;
+  auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  std::vector<float> x(static_cast<size_t>(m * K)), y(static_cast<size_t>(m * n));
+  for (float& v : x) v = static_cast<float>(static_cast<int64_t>(next() % 2001) - 1000) * 1e-3f;
+  std::vector<uint16_t> wb(static_cast<size_t>(n * K));
+  std::vector<uint8_t> codes(static_cast<size_t>(n * K)), scales(static_cast<size_t>(n * K / kMxBlock));
+  for (auto& v : wb) v = f32_to_bf16(static_cast<float>(static_cast<int64_t>(next() % 2001) - 1000) * 2e-5f);
+  for (auto& c : codes) c = static_cast<uint8_t>(next() % 0x7F) | static_cast<uint8_t>(next() & 0x80);  // no NaN
+  for (auto& s : scales) s = static_cast<uint8_t>(118 + next() % 8);
+  WeightView vm{WFormat::MX, n, K, codes.data(), scales.data()};
+  vm.elem = ElemType::E4M3;
+  const PackedWeight pw[2] = {PackedWeight::pack({WFormat::BF16, n, K, wb.data()}), PackedWeight::pack(vm)};
+  const detail::GemmKernels* kern[2] = {&detail::kGemmAvx512Dot, &detail::kGemmAvx512};
+  double best[2][2] = {{1e30, 1e30}, {1e30, 1e30}};  // [kernel][format]
+  for (int rep = 0; rep <= kReps; ++rep)  // rep 0: warm-up (caches, the scratch buffers)
+    for (int i = 0; i < 2; ++i) {
+      const int kk = (rep + i) % 2;  // alternate which kernel goes first
+      for (int f = 0; f < 2; ++f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        kern[kk]->run(x.data(), pw[f], y.data(), 0, m, 0, pw[f].panels());
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep > 0) best[kk][f] = std::min(best[kk][f], s);
+      }
+    }
+  return {best[0][0] + best[0][1], best[1][0] + best[1][1]};
+}
+#endif
+
+PairKernelChoice choose_pair_kernels() {
+  PairKernelChoice c;
+  c.classes = {{"direct", 1, detail::kPairDirectRows, PairKernel::Fma},
+               {"blocked", detail::kPairDirectRows + 1, 0, PairKernel::Fma}};
+  if (!cpu_features().avx512) {
+    c.how = "no AVX-512";
+    return c;
+  }
+  const std::string& verdict = detail::bf16_dot_self_test();
+  const char* env = std::getenv("MXRL_PAIR_KERNEL");
+  const std::string forced = env ? env : "";
+  if (forced == "fma" || forced == "dot") {
+    const bool dot = forced == "dot" && verdict == "passed";
+    if (forced == "dot" && !dot)
+      std::fprintf(stderr, "mxrl: MXRL_PAIR_KERNEL=dot, but VDPBF16PS is not usable here (%s): fma\n",
+                   verdict.c_str());
+    for (PairKernelClass& k : c.classes) k.kernel = dot ? PairKernel::Dot : PairKernel::Fma;
+    c.how = "MXRL_PAIR_KERNEL=" + forced;
+    return c;
+  }
+  if (!forced.empty() && forced != "auto")
+    std::fprintf(stderr, "mxrl: MXRL_PAIR_KERNEL=%s is not one of auto, dot, fma: ignored\n", forced.c_str());
+  if (verdict != "passed") {
+    c.how = "no VDPBF16PS: " + verdict;
+    return c;
+  }
+#if defined(__x86_64__)
+  const int64_t shape[2][2] = {{1, 512}, {48, 128}};  // {M, N} per class; M in the class's rows
+  for (int i = 0; i < 2; ++i) {
+    const PairTimes t = time_pair_kernels(shape[i][0], shape[i][1]);
+    PairKernelClass& k = c.classes[static_cast<size_t>(i)];
+    k.dot_us = t.dot * 1e6, k.fma_us = t.fma * 1e6;
+    k.kernel = t.fma < t.dot ? PairKernel::Fma : PairKernel::Dot;
+  }
+  c.how = "measured";
+#endif
+  return c;
+}
+
+std::string rows_text(const PairKernelClass& k) {
+  return k.max_rows == 0 ? fmt::format("{}+ rows", k.min_rows) : fmt::format("{}-{} rows", k.min_rows, k.max_rows);
+}
+}  // namespace
+
+const PairKernelChoice& pair_kernel_choice() {
+  static const PairKernelChoice c = choose_pair_kernels();
+  return c;
+}
+
+PairKernel resolve_pair_kernel(PairKernel k, int64_t rows) {
   if (k == PairKernel::Amx && detail::amx_available()) return PairKernel::Amx;  // only when asked for
-  const bool dot_ok = detail::bf16_dot_self_test() == "passed";
-  return k != PairKernel::Fma && dot_ok ? PairKernel::Dot : PairKernel::Fma;
+  if (k == PairKernel::Fma) return PairKernel::Fma;
+  if (k == PairKernel::Dot) return detail::bf16_dot_self_test() == "passed" ? PairKernel::Dot : PairKernel::Fma;
+  const std::vector<PairKernelClass>& c = pair_kernel_choice().classes;
+  return rows <= detail::kPairDirectRows ? c[0].kernel : c[1].kernel;
+}
+
+std::string pair_kernel_summary(PairKernel requested, bool with_times) {
+  if (requested == PairKernel::Amx && detail::amx_available()) return "amx";
+  if (requested == PairKernel::Fma || requested == PairKernel::Dot)
+    return pair_kernel_name(resolve_pair_kernel(requested, 1));
+  const PairKernelChoice& c = pair_kernel_choice();
+  std::string s = requested == PairKernel::Amx ? "auto (amx unavailable):" : "auto:";
+  for (size_t i = 0; i < c.classes.size(); ++i) {
+    const PairKernelClass& k = c.classes[i];
+    s += fmt::format("{} {} at {}", i ? "," : "", pair_kernel_name(k.kernel), rows_text(k));
+    if (with_times && k.dot_us >= 0) s += fmt::format(" (dot {:.0f} us, fma {:.0f} us)", k.dot_us, k.fma_us);
+  }
+  if (c.how != "measured") s += " (" + c.how + ")";
+  return s;
 }
 
 const char* pair_kernel_name(PairKernel k) {

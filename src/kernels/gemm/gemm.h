@@ -17,8 +17,11 @@
 //     (odd element first; exact products; RNE; ftz: a subnormal result is a
 //     signed zero). The linears' activations and gradients are already BF16
 //     values (bf16 rounding, MX round trips), so bf16(x) changes nothing there.
-//     On a CPU whose VDPBF16PS passes the self-test below the AVX-512 backend
-//     uses it; otherwise two FMAs per pair under MXCSR FTZ, same bits.
+//     The AVX-512 backend computes it with VDPBF16PS ("dot", only where the
+//     instruction passes the self-test below) or two FMAs per pair under
+//     MXCSR FTZ ("fma"): the same bits. By default (PairKernel::Auto) it
+//     takes, per shape class, whichever of the two a start-up
+//     micro-benchmark finds faster on this CPU (pair_kernel_choice below).
 // A NaN output is always the canonical quiet NaN 0x7FC00000 (which NaN an
 // FMA propagates depends on operand order, so the payload is not kept).
 #pragma once
@@ -139,10 +142,42 @@ class PackedWeight {
 void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec& exec = {});
 
 // Exec::pair_kernel (how BF16 and MX weights compute on AVX-512; detail
-// below says what each kernel computes). What a request runs as here: Dot,
-// Fma, or Amx when asked for and available (Dot where unavailable falls back
-// to Fma; Amx to Auto's choice).
-PairKernel resolve_pair_kernel(PairKernel requested);
+// below says what each kernel computes). What a request runs as here for a
+// kernel call of `rows` rows (gemm() hands the kernels row blocks: all of M
+// up to 192 rows; a larger M in blocks of a multiple of 12 rows, the last
+// one possibly shorter): Dot, Fma, or Amx when asked
+// for and available (Dot where unavailable falls back to Fma; Amx to Auto's
+// choice); Auto: pair_kernel_choice()'s kernel for the class of `rows`.
+PairKernel resolve_pair_kernel(PairKernel requested, int64_t rows);
+
+// Auto's pair kernel per shape class, chosen once per process, at first use
+// (thread-safe), by a micro-benchmark of a few ms: for each class, one small
+// fixed GEMM per weight format (BF16 and MX E4M3; "direct": M = 1, N = 512,
+// K = 1024; "blocked": M = 48, N = 128, K = 1024) on the calling thread with
+// each kernel, alternating, best of 7 after a warm-up; the class takes the
+// kernel with the smaller sum over the two formats (a tie: dot). Both compute
+// the contract's bits, so the choice changes speed only. Dot is a candidate
+// only where the self-test passed; without AVX-512 or AVX512_BF16 nothing is
+// measured (fma). MXRL_PAIR_KERNEL=dot or =fma in the environment (read once)
+// forces Auto's choice for every class; an explicit request (--kernels)
+// overrides both.
+struct PairKernelClass {
+  const char* name;          // "direct" (the kernels' on-the-fly path), "blocked" (cache-blocked tiles)
+  int64_t min_rows, max_rows;  // rows per kernel call; max_rows 0: no bound
+  PairKernel kernel;         // Dot or Fma
+  double dot_us = -1, fma_us = -1;  // the micro-benchmark's times (sum over formats); -1: not measured
+};
+struct PairKernelChoice {
+  // How the classes were chosen: "measured", "MXRL_PAIR_KERNEL=fma", "no
+  // VDPBF16PS: <self-test verdict>", "no AVX-512".
+  std::string how;
+  std::vector<PairKernelClass> classes;  // direct, blocked
+};
+const PairKernelChoice& pair_kernel_choice();
+// One line for a report: the kernel a request runs as, e.g. "fma", or for
+// Auto "auto: dot at 1-6 rows, fma at 7+ rows" (with_times: each class's
+// measured times in parentheses). Runs the micro-benchmark if needed.
+std::string pair_kernel_summary(PairKernel requested, bool with_times = false);
 const char* pair_kernel_name(PairKernel k);  // "auto", "dot", "fma", "amx"
 // A pair kernel by name ("auto", "fma", "dot", "amx"; the CLI's --kernels).
 // Throws Error for another name or for "dot" / "amx" where this machine
@@ -177,7 +212,8 @@ extern const GemmKernels kGemmAmx;        // BF16 and MX weights, PairKernel::Am
 extern const GemmKernels kGemmAvx512Dot;  // kGemmAvx512 with the pair chain on VDPBF16PS
 #endif
 // The table for exec.backend (resolved with resolve_backend) and, for BF16 and
-// MX weights on AVX-512, exec.pair_kernel (resolved with resolve_pair_kernel).
+// MX weights on AVX-512, exec.pair_kernel (resolved with resolve_pair_kernel;
+// for Auto with classes that differ, a table that picks per call by its rows).
 const GemmKernels& gemm_kernels(const Exec& exec, WFormat f);
 
 inline constexpr uint32_t kGemmNan = 0x7FC00000u;
@@ -192,9 +228,16 @@ float bf16_dot_round(float x);
 float bf16_dot_daz(float x);
 float bf16_dot_step(float acc, float x, float w);
 
-// How the AVX-512 backend computes the pair chain. Auto: VDPBF16PS when the
-// CPU has AVX512_BF16 and its instruction passes the self-test (run once, at
-// first use; a failure is reported once on stderr), else FMA.
+// The AVX-512 kernels' direct path takes calls of up to this many rows
+// (kDirectRows in gemm_avx512_common.h); more rows take the blocked path.
+// Auto's shape classes (pair_kernel_choice) follow it.
+inline constexpr int64_t kPairDirectRows = 6;
+
+// How the AVX-512 backend computes the pair chain. Dot: VDPBF16PS, only
+// where the CPU has AVX512_BF16 and its instruction passes the self-test (run
+// once, at first use; a failure is reported once on stderr). Fma: two FMAs
+// per pair. Auto: per shape class, the faster of the two here
+// (pair_kernel_choice above).
 //
 // Amx (only when asked for, never by Auto): AMX TDPBF16PS tiles, NOT the pair
 // chain above. The instruction sums 16 pairs per output in an internal order

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -23,7 +24,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
 // Every engine this CPU runs: the scalar backend, and the AVX-512 one with
-// the pair chain on FMAs and (where the self-test passed) on VDPBF16PS.
+// the pair chain on FMAs, (where the self-test passed) on VDPBF16PS, and as
+// Auto chose them per shape class (pair_kernel_choice).
 struct Engine {
   Backend be;
   PairKernel pk;
@@ -34,6 +36,7 @@ std::vector<Engine> engines() {
   if (cpu_features().avx512) {
     e.push_back({Backend::Avx512, PairKernel::Fma, "avx512-fma"});
     if (detail::bf16_dot_self_test() == "passed") e.push_back({Backend::Avx512, PairKernel::Dot, "avx512-dot"});
+    e.push_back({Backend::Avx512, PairKernel::Auto, "avx512-auto"});
   }
   return e;
 }
@@ -375,7 +378,70 @@ TEST(Gemm, Bf16DotSelfTestVerdict) {
   if (!cpu_features().avx512_bf16) {
     EXPECT_EQ(v, "no AVX512_BF16");
   }
-  EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto) == PairKernel::Dot, v == "passed");
+  if (v != "passed") {
+    EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto, 1), PairKernel::Fma);
+    EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto, 512), PairKernel::Fma);
+    EXPECT_EQ(resolve_pair_kernel(PairKernel::Dot, 1), PairKernel::Fma);
+  }
+}
+
+// Auto takes, per shape class (rows per kernel call: the direct path up to
+// kPairDirectRows, the blocked path above), one of the kernels that compute
+// the contract, measured once per process; dot only where the self-test
+// passed. Explicit requests are kept.
+TEST(Gemm, AutoChoosesAPairKernelPerShapeClass) {
+  const PairKernelChoice& c = pair_kernel_choice();
+  std::printf("auto's pair kernels here: %s [%s]\n", pair_kernel_summary(PairKernel::Auto, true).c_str(),
+              c.how.c_str());
+  EXPECT_EQ(&pair_kernel_choice(), &c);
+  ASSERT_EQ(c.classes.size(), 2u);
+  EXPECT_EQ(c.classes[0].min_rows, 1);
+  EXPECT_EQ(c.classes[0].max_rows, detail::kPairDirectRows);
+  EXPECT_EQ(c.classes[1].min_rows, detail::kPairDirectRows + 1);
+  EXPECT_EQ(c.classes[1].max_rows, 0);
+  const bool dot_ok = detail::bf16_dot_self_test() == "passed";
+  const char* env = std::getenv("MXRL_PAIR_KERNEL");
+  for (const PairKernelClass& k : c.classes) {
+    EXPECT_TRUE(k.kernel == PairKernel::Fma || (k.kernel == PairKernel::Dot && dot_ok)) << k.name;
+    if (c.how == "measured") {
+      EXPECT_TRUE(dot_ok && cpu_features().avx512);
+      EXPECT_GT(k.dot_us, 0) << k.name;
+      EXPECT_GT(k.fma_us, 0) << k.name;
+      EXPECT_EQ(k.kernel, k.fma_us < k.dot_us ? PairKernel::Fma : PairKernel::Dot) << k.name;
+    } else {
+      EXPECT_TRUE(!cpu_features().avx512 || !dot_ok || (env && *env)) << c.how;
+    }
+  }
+  for (int64_t rows : {1, 3, 6}) EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto, rows), c.classes[0].kernel);
+  for (int64_t rows : {7, 12, 192}) EXPECT_EQ(resolve_pair_kernel(PairKernel::Auto, rows), c.classes[1].kernel);
+  for (int64_t rows : {1, 192}) {
+    EXPECT_EQ(resolve_pair_kernel(PairKernel::Fma, rows), PairKernel::Fma);
+    EXPECT_EQ(resolve_pair_kernel(PairKernel::Dot, rows), dot_ok ? PairKernel::Dot : PairKernel::Fma);
+  }
+  EXPECT_EQ(pair_kernel_summary(PairKernel::Fma), "fma");
+  EXPECT_EQ(pair_kernel_summary(PairKernel::Auto).rfind("auto: ", 0), 0u) << pair_kernel_summary(PairKernel::Auto);
+}
+
+// GEMMs under Auto equal the reference bitwise in both classes: M = 1 and 6
+// (direct), 7 and 48 (blocked), and M = 198 over 16 threads, whose row blocks
+// are 24 rows but the last, of 6 (blocked and direct in one GEMM).
+TEST(Gemm, AutoMatchesReferenceInBothShapeClasses) {
+  ThreadPool pool(16);
+  uint32_t seed = 3000;
+  for (Kind kind : {Kind::BF16, Kind::MxE4M3RCeil, Kind::MxE5M2Floor}) {
+    const int64_t m = 198, n = 70, k = 544;
+    const Weight w = make_weight(kind, n, k, ++seed);
+    const std::vector<float> x = random_matrix(m, k, ++seed);
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    gemm_reference(x.data(), m, w.view, ref.data());
+    const Exec exec{&pool, Backend::Auto, PairKernel::Auto};
+    const PackedWeight pw = PackedWeight::pack(w.view, exec);
+    for (int64_t rows : {1, 6, 7, 48, 198}) {
+      std::vector<float> y(static_cast<size_t>(rows * n));
+      gemm(x.data(), rows, pw, y.data(), exec);
+      expect_same_bits(y.data(), ref.data(), y.size(), "auto " + shape_name(w, rows));
+    }
+  }
 }
 
 // (Small calls run on one thread; the shapes here are big enough to be split,
@@ -574,10 +640,12 @@ Exec amx(ThreadPool* pool = nullptr) { return {pool, Backend::Auto, PairKernel::
   if (!detail::amx_available()) GTEST_SKIP() << "no AMX-BF16 here (or the OS refused the tile state)"
 
 TEST(GemmAmx, OnlyWhenAskedFor) {
-  EXPECT_NE(resolve_pair_kernel(PairKernel::Auto), PairKernel::Amx);
-  EXPECT_EQ(resolve_pair_kernel(PairKernel::Amx) == PairKernel::Amx, detail::amx_available());
-  if (!detail::amx_available()) {
-    EXPECT_NE(resolve_pair_kernel(PairKernel::Amx), PairKernel::Auto);
+  for (int64_t rows : {1, 64}) {
+    EXPECT_NE(resolve_pair_kernel(PairKernel::Auto, rows), PairKernel::Amx);
+    EXPECT_EQ(resolve_pair_kernel(PairKernel::Amx, rows) == PairKernel::Amx, detail::amx_available());
+    if (!detail::amx_available()) {
+      EXPECT_EQ(resolve_pair_kernel(PairKernel::Amx, rows), resolve_pair_kernel(PairKernel::Auto, rows));
+    }
   }
   EXPECT_STREQ(pair_kernel_name(PairKernel::Amx), "amx");
 }
