@@ -75,6 +75,53 @@ struct Row {
   double s_amx_bf16, s_amx_mx;  // 0: AMX not measured
 };
 
+// M = 1 (a decode step's linear) with MX E4M3 weights under each decode of
+// the pair kernels (table lookup, or FP32 shift-and-multiply: the same bits),
+// beside BF16 weights: GB/s of packed weight bytes read. Weights that fit in
+// L2 measure the kernel's compute rate; a 64 MiB one, what memory allows.
+struct DecodeRow {
+  int threads;
+  int64_t n, k;
+  double gbs_bf16, gbs_lut, gbs_shift;
+};
+
+std::vector<DecodeRow> decode_kernel_rows(const Exec& exec, int max_threads, double min_time) {
+  std::vector<DecodeRow> out;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 1024}, {32768, 2048}}) {
+    std::vector<uint16_t> wb(n * k);
+    for (auto& v : wb) v = f32_to_bf16(nd(rng) * 0.02f);
+    std::vector<uint8_t> codes(n * k), scales(mx_num_scales(n, k, Axis::Row));
+    mx_quantize(wb.data(), InType::BF16, n, k, MxConfig{}, codes.data(), scales.data(), exec);
+    WeightView vm{WFormat::MX, n, k, codes.data(), scales.data()};
+    vm.elem = ElemType::E4M3;
+    const PackedWeight pb = PackedWeight::pack({WFormat::BF16, n, k, wb.data()}, exec), pm = PackedWeight::pack(vm, exec);
+    std::vector<float> x(k), y(n);
+    for (auto& v : x) v = nd(rng);
+    for (int t : {1, max_threads}) {
+      if (t == 1 && max_threads == 1 && !out.empty() && out.back().n == n) continue;
+      ThreadPool pool(t);
+      const Exec e{&pool, exec.backend, exec.pair_kernel};
+      auto rate = [&](const PackedWeight& w, bool lut) {
+        detail::set_pair_lut_enabled(lut);
+        const double s = time_median([&] { gemm(x.data(), 1, w, y.data(), e); }, min_time);
+        detail::set_pair_lut_enabled(true);
+        return static_cast<double>(w.bytes()) / s / 1e9;
+      };
+      // Interleaved: shift, lut, bf16, twice; the better of each pair.
+      DecodeRow r{t, n, k, 0, 0, 0};
+      for (int rep = 0; rep < 2; ++rep) {
+        r.gbs_shift = std::max(r.gbs_shift, rate(pm, false));
+        r.gbs_lut = std::max(r.gbs_lut, rate(pm, true));
+        r.gbs_bf16 = std::max(r.gbs_bf16, rate(pb, true));
+      }
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void bench_gemm(const BenchGemmOptions& a) {
@@ -151,6 +198,8 @@ void bench_gemm(const BenchGemmOptions& a) {
       rows.push_back(r);
     }
   }
+  progress.show("  measuring the M = 1 decode kernels");
+  const std::vector<DecodeRow> decode_rows = decode_kernel_rows(exec, pool.size(), a.min_time);
   progress.clear();
 
   const Backend be = resolve_backend(Backend::Auto);
@@ -213,7 +262,24 @@ void bench_gemm(const BenchGemmOptions& a) {
       fmt::print("\n");
     }
   }
+  j["decode_kernels"] = nlohmann::json::array();
+  for (const DecodeRow& r : decode_rows)
+    j["decode_kernels"].push_back({{"threads", r.threads},
+                                   {"n", r.n},
+                                   {"k", r.k},
+                                   {"gbs_bf16", r.gbs_bf16},
+                                   {"gbs_mx_lut", r.gbs_lut},
+                                   {"gbs_mx_shift", r.gbs_shift},
+                                   {"lut_enabled", detail::pair_lut_enabled()}});
   if (!a.json) {
+    fmt::print("M = 1, GB/s of packed weight bytes (the better of 2 interleaved medians); mx-lut: table-lookup E4M3 "
+               "decode{}, mx-shift: shift-and-multiply decode (same bits)\n",
+               detail::pair_lut_enabled() ? "" : " (NOT available here: no AVX512_VBMI; both columns are mx-shift)");
+    fmt::print("{:>7} {:>6} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9}\n", "threads", "N", "K", "bf16", "mx-lut",
+               "mx-shift", "lut/shift", "lut/bf16");
+    for (const DecodeRow& r : decode_rows)
+      fmt::print("{:>7} {:>6} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.2f} {:>9.2f}\n", r.threads, r.n, r.k, r.gbs_bf16,
+                 r.gbs_lut, r.gbs_shift, r.gbs_lut / r.gbs_shift, r.gbs_lut / r.gbs_bf16);
     fmt::print("pack (not in the figures above), median ms:\n");
     for (const auto& p : packs)
       fmt::print("  N={} K={}: bf16 {:.2f} ms ({:.1f} MiB), mxfp8 {:.2f} ms ({:.1f} MiB), f32 {:.2f} ms ({:.1f} MiB)\n",

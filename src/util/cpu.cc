@@ -20,6 +20,7 @@ static CpuFeatures detect() {
   unsigned a, b, c, d;
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && (a & (1u << 5));
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx512_vbmi = f.avx512 && (c & (1u << 1));
     f.amx_bf16 = d & (1u << 22);
     f.amx_tile = d & (1u << 24);
   }

@@ -15,6 +15,7 @@ enum class PairKernel { Auto, Dot, Fma, Amx };
 struct CpuFeatures {
   bool avx512 = false;  // F + BW + DQ + VL, with OS support
   bool avx512_bf16 = false;
+  bool avx512_vbmi = false;  // VPERMI2B: the GEMM's table-lookup MX E4M3 decode
   bool amx_tile = false;  // CPUID only: usable after request_amx()
   bool amx_bf16 = false;
 };

@@ -47,3 +47,10 @@
   _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,fma,amx-tile,amx-bf16\")")
 #define MXRL_END_AMX _Pragma("GCC pop_options")
 #endif
+
+// Inside those regions, for the functions that use AVX512_VBMI (byte permutes:
+// the GEMM's table-lookup decode, only called where cpu_features() has it):
+// the region's features plus avx512vbmi. A lambda does not inherit it.
+#define MXRL_TARGET_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,fma")))
+#define MXRL_TARGET_AVX512_BF16_VBMI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,fma")))

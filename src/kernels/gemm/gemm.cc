@@ -3,6 +3,7 @@
 #include "kernels/gemm/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -184,6 +185,12 @@ const std::string& bf16_dot_self_test() {
   }();
   return verdict;
 }
+
+namespace {
+std::atomic<bool> g_pair_lut{true};
+}
+bool pair_lut_enabled() { return g_pair_lut.load(std::memory_order_relaxed) && cpu_features().avx512_vbmi; }
+void set_pair_lut_enabled(bool on) { g_pair_lut.store(on, std::memory_order_relaxed); }
 
 bool amx_available() {
 #if defined(__x86_64__)
@@ -574,6 +581,7 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                       break;
                     }
               const int64_t G = pw.k_groups_;
+              bool nan_scale = false;
               if (w.fmt == WFormat::MX) {
                 uint8_t* ds = pw.mx_scales_.data() + p * G * kPanel;
                 for (int64_t g = 0; g < G; ++g)
@@ -581,6 +589,7 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                     const uint8_t b = transposed ? w.mx_scales[g * N + n0 + j] : w.mx_scales[(n0 + j) * G + g];
                     ds[g * kPanel + j] = b;
                     if (b != kE8M0Nan && static_cast<int>(b) + fold_exp > 254) fast = false;
+                    if (b == kE8M0Nan) nan_scale = true;
                   }
               } else {
                 float* ds = pw.fp8_scales_.data() + p * G * kPanel;
@@ -593,7 +602,10 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                 if (fast)
                   for (int64_t i = 0; i < G * kPanel; ++i) ds[i] = std::ldexp(ds[i], fold_exp);  // exact
               }
-              pw.fast_[p] = fast;
+              pw.fast_[p] = !fast ? 0
+                            : w.fmt == WFormat::MX && w.elem == ElemType::E4M3 && !nan_scale
+                                ? static_cast<uint8_t>(1 | PackedWeight::kLutBit)
+                                : 1;
               break;
             }
           }

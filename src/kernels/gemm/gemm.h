@@ -119,6 +119,10 @@ class PackedWeight {
   // stored folded (s * 2^(127 - bias)). Otherwise the kernels decode codes
   // exactly (NaN/Inf included) and multiply by the plain scale.
   bool panel_fast(int64_t p) const { return fast_[p] != 0; }
+  // MX E4M3: panel p is fast and has no NaN scale, so the BF16 pair kernels
+  // turn its codes into BF16 pairs by table lookup (gemm_pairs_avx512.h).
+  bool panel_lut(int64_t p) const { return (fast_[p] & kLutBit) != 0; }
+  static constexpr uint8_t kLutBit = 2;
 
  private:
   static PackedWeight pack_impl(const WeightView& w, bool transposed, const Exec& exec);
@@ -262,6 +266,11 @@ bool amx_available();
 // bf16_dot_round on fixed vectors (pair order, denormal inputs and results,
 // NaN, infinities, rounding ties). "passed", "failed: ..." or "no AVX512_BF16".
 const std::string& bf16_dot_self_test();
+// The pair kernels' table-lookup decode of MX E4M3 panels (panel_lut): on
+// where the CPU has AVX512_VBMI, unless a test turned it off to run the
+// shift-and-multiply decode it replaces (the same bits).
+bool pair_lut_enabled();
+void set_pair_lut_enabled(bool on);
 #if defined(__x86_64__)
 void gemm_pairs_dot(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 // The Amx pair kernel (gemm_amx.cc); only where amx_available().

@@ -54,6 +54,7 @@ struct AmxMac {
 }  // namespace
 }  // namespace mxrl::detail
 
+#define MXRL_PAIR_LUT_TARGET MXRL_TARGET_AVX512_VBMI  // (the AMX kernel decodes with decode_panel_pairs)
 #include "kernels/gemm/gemm_pairs_avx512.h"
 
 namespace mxrl::detail {

@@ -43,6 +43,7 @@ struct FmaMac {
 }  // namespace
 }  // namespace mxrl::detail
 
+#define MXRL_PAIR_LUT_TARGET MXRL_TARGET_AVX512_VBMI
 #include "kernels/gemm/gemm_pairs_avx512.h"
 
 namespace mxrl::detail {

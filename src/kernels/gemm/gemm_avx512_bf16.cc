@@ -33,6 +33,7 @@ struct DotMac {
 }  // namespace
 }  // namespace mxrl::detail
 
+#define MXRL_PAIR_LUT_TARGET MXRL_TARGET_AVX512_BF16_VBMI
 #include "kernels/gemm/gemm_pairs_avx512.h"
 
 namespace mxrl::detail {

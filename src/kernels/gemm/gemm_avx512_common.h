@@ -15,7 +15,9 @@ constexpr int kDirectRows = 6;  // up to this many rows: decode on the fly
 
 // How a panel's weights become FP32. Fast20 / Fast21: E4M3 / E5M2 codes of a
 // fast panel (the shift 23 - mbits as an immediate); Generic: exact decode.
-enum class Src { F32, BF16, Fast20, Fast21, Generic };
+// Lut8 (BF16 pair kernels only): MX E4M3 codes of a panel_lut panel straight
+// to BF16 pairs by table lookup (gemm_pairs_avx512.h).
+enum class Src { F32, BF16, Fast20, Fast21, Generic, Lut8 };
 constexpr bool is_fast(Src s) { return s == Src::Fast20 || s == Src::Fast21; }
 constexpr int fast_shift(Src s) { return s == Src::Fast20 ? 20 : 21; }
 

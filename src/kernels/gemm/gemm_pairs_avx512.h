@@ -34,6 +34,106 @@ inline __m512 daz16(__m512i b) {
   return _mm512_castsi512_ps(_mm512_mask_and_epi32(b, sub, b, _mm512_set1_epi32(static_cast<int>(0x80000000u))));
 }
 
+// ---------------------------------------------------------------------------
+// MX E4M3 codes straight to BF16 pairs (Src::Lut8, panels with panel_lut).
+// A 128-entry byte table per half gives, for the code's magnitude bits, the
+// BF16 bits of its value times 2^kLutU (every E4M3 magnitude, subnormals
+// included, is then a BF16 normal); two rows k, k + 1 of codes (64 bytes) are
+// looked up at once (VPERMI2B), the sign is or-ed into the high bytes, and one
+// more byte permute per 16 columns interleaves low and high bytes of rows k and
+// k + 1 into pairs. The scale is then an integer subtraction on each 16-bit
+// half: (kLutU + 127 - s) << 7 off the exponent field, saturating at zero, of
+// the magnitude, with the sign put back. That is exact: the exponent field of
+// a nonzero value v * 2^(s - 127) is that of v * 2^kLutU minus kLutU + 127 - s,
+// the mantissa unchanged; where it would be 0 or below (v * 2^(s - 127) under
+// 2^-126) the result is a zero exponent field (a BF16 subnormal or zero, which
+// the pair chain reads as a signed zero: the contract's DAZ) and a zero code
+// stays zero. panel_lut panels have fast scales (s <= 134: so the subtrahend
+// is at least (kLutU - 7) << 7 >= 0) and no NaN scales or NaN codes.
+// Per 64 codes: 1 load, 4 byte permutes and 7 logic ops, against 2 widening
+// loads, 16 shift / mask / multiply / blend ops for the FP32 decode plus merge.
+constexpr int kLutU = 119;  // 448 * 2^119 < 2^128: the largest E4M3 value stays finite
+
+// BF16 bits of E4M3 magnitude `mag` (code & 0x7F; 0x7F, NaN, is never looked up)
+// times 2^kLutU.
+constexpr uint16_t lut_e4m3_bits(int mag) {
+  const int e = mag >> 3, m = mag & 7;
+  if (e > 0) return static_cast<uint16_t>(((e - 7 + kLutU + 127) << 7) | (m << 4));
+  if (m == 0) return 0;
+  const int top = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m * 2^-9 = 2^(top - 9) * (m / 2^top)
+  return static_cast<uint16_t>(((top - 9 + kLutU + 127) << 7) | (((m << (3 - top)) & 7) << 4));
+}
+
+struct LutTables {
+  alignas(64) uint8_t hi[128], lo[128];  // high / low byte of lut_e4m3_bits(mag)
+  alignas(64) uint8_t perm[2][64];       // bytes of (L | H) for columns 0-15 / 16-31 as pairs
+  constexpr LutTables() : hi(), lo(), perm() {
+    for (int i = 0; i < 128; ++i) {
+      hi[i] = static_cast<uint8_t>(lut_e4m3_bits(i) >> 8);
+      lo[i] = static_cast<uint8_t>(lut_e4m3_bits(i) & 0xFF);
+    }
+    // Row k's 32 codes are bytes 0-31 (column i at 2i, 16 + i at 2i + 1), row
+    // k + 1's bytes 32-63; L is permute source 0-63, H 64-127. Lane j of
+    // half h: L, H of row k, then L, H of row k + 1, column 16h + j.
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 16; ++j) {
+        perm[h][4 * j + 0] = static_cast<uint8_t>(2 * j + h);
+        perm[h][4 * j + 1] = static_cast<uint8_t>(64 + 2 * j + h);
+        perm[h][4 * j + 2] = static_cast<uint8_t>(32 + 2 * j + h);
+        perm[h][4 * j + 3] = static_cast<uint8_t>(96 + 2 * j + h);
+      }
+  }
+};
+inline constexpr LutTables kLut{};
+
+struct Lut {
+  __m512i hi0, hi1, lo0, lo1, perm0, perm1;
+  Lut()
+      : hi0(_mm512_load_si512(kLut.hi)),
+        hi1(_mm512_load_si512(kLut.hi + 64)),
+        lo0(_mm512_load_si512(kLut.lo)),
+        lo1(_mm512_load_si512(kLut.lo + 64)),
+        perm0(_mm512_load_si512(kLut.perm[0])),
+        perm1(_mm512_load_si512(kLut.perm[1])) {}
+};
+
+// The subtrahends of group g of panel p: (kLutU + 127 - s) << 7 in both
+// halves of lane j, for columns j (d0) and 16 + j (d1).
+inline void lut_scales(const PackedWeight& w, int64_t p, int64_t g, __m512i& d0, __m512i& d1) {
+  const uint8_t* b = w.panel_mx_scales(p) + g * kPanel;
+  const __m512i top = _mm512_set1_epi32(kLutU + 127);
+  const __m512i t0 = _mm512_sub_epi32(top, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))));
+  const __m512i t1 =
+      _mm512_sub_epi32(top, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16))));
+  d0 = _mm512_or_si512(_mm512_slli_epi32(t0, 7), _mm512_slli_epi32(t0, 23));
+  d1 = _mm512_or_si512(_mm512_slli_epi32(t1, 7), _mm512_slli_epi32(t1, 23));
+}
+
+// sign | max(magnitude - d, 0) per 16-bit half.
+inline __m512i lut_scale(__m512i v, __m512i d) {
+  const __m512i sign = _mm512_set1_epi16(static_cast<short>(0x8000));
+  const __m512i mag = _mm512_andnot_si512(sign, v);
+  return _mm512_ternarylogic_epi32(_mm512_subs_epu16(mag, d), v, sign, 0xF8);  // a | (b & c)
+}
+
+// Rows k, k + 1 (even k) of a panel_lut panel's codes `base` as pairs: columns 0-15 (a), 16-31 (b).
+MXRL_PAIR_LUT_TARGET inline void lut_pairs(const void* base, int64_t k, const Lut& t, __m512i d0, __m512i d1, __m512i& a, __m512i& b) {
+  const __m512i c = _mm512_load_si512(static_cast<const uint8_t*>(base) + k * kPanel);
+  const __m512i lo = _mm512_permutex2var_epi8(t.lo0, c, t.lo1);
+  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, c, t.hi1), c,
+                                               _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+  a = lut_scale(_mm512_permutex2var_epi8(lo, t.perm0, hi), d0);
+  b = lut_scale(_mm512_permutex2var_epi8(lo, t.perm1, hi), d1);
+}
+
+// Which decode panel p takes under the source kind S chosen for the weight.
+template <Src S>
+inline Src panel_src(const PackedWeight& w, int64_t p) {
+  if constexpr (S == Src::Lut8) return w.panel_lut(p) ? Src::Lut8 : w.panel_fast(p) ? Src::Fast20 : Src::Generic;
+  if constexpr (is_fast(S)) return w.panel_fast(p) ? S : Src::Generic;
+  return S;
+}
+
 // The pairs of X row r (k in [k0, k0 + kc)) into d[ceil(kc / 2)]; a missing
 // last element (odd kc) is +0.
 template <class Mac>
@@ -86,6 +186,25 @@ void decode_panel_pairs(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1
   });
 }
 
+// decode_panel_pairs for a panel_lut panel (Src::Lut8).
+MXRL_PAIR_LUT_TARGET inline void decode_panel_pairs_lut(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1,
+                                                         uint32_t* out) {
+  const void* base = w.panel_data(p);
+  const Lut t;
+  // (Loops, not for_groups: a lambda would not inherit the target attribute.)
+  for (int64_t g = k0 / kMxBlock; g * kMxBlock < k1; ++g) {
+    __m512i d0, d1;
+    lut_scales(w, p, g, d0, d1);
+    for (int64_t k = std::max(k0, g * kMxBlock); k < std::min(k1, (g + 1) * kMxBlock); k += 2) {
+      uint32_t* d = out + (k - k0) / 2 * kPanel;
+      __m512i a, b;
+      lut_pairs(base, k, t, d0, d1, a, b);
+      _mm512_store_si512(d, a);
+      _mm512_store_si512(d + 16, b);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Direct path: R rows x NP panels, all of K in registers; xq = the rows' pairs
 // [R][K2].
@@ -129,25 +248,75 @@ void pair_direct_kernel(const uint32_t* xq, int64_t K2, const PackedWeight& w, i
   }
 }
 
+// pair_direct_kernel for panel_lut panels (Src::Lut8).
+template <class Mac, int R, int NP>
+MXRL_PAIR_LUT_TARGET void pair_direct_lut(const uint32_t* xq, int64_t K2, const PackedWeight& w, int64_t p, float* y) {
+  const int64_t K = w.k(), N = w.n();
+  __m512 acc[R][NP][2];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) acc[r][q][0] = acc[r][q][1] = _mm512_setzero_ps();
+  const Lut t;
+  for (int64_t g = 0; g < K / kMxBlock; ++g) {
+    __m512i d[NP][2];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) lut_scales(w, p + q, g, d[q][0], d[q][1]);
+    for (int64_t k = g * kMxBlock; k < (g + 1) * kMxBlock; k += 2) {
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; ++q) {
+        __m512i a, b;
+        lut_pairs(w.panel_data(p + q), k, t, d[q][0], d[q][1], a, b);
+        const PairW<Mac> w0(a), w1(b);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const __m512i x2 = _mm512_set1_epi32(static_cast<int>(xq[r * K2 + k / 2]));
+          acc[r][q][0] = mac<Mac>(acc[r][q][0], x2, w0);
+          acc[r][q][1] = mac<Mac>(acc[r][q][1], x2, w1);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < NP; ++q) {
+    const int64_t cols = N - (p + q) * kPanel;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+      store_row(y + r * N + (p + q) * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16), true);
+  }
+}
+
 template <class Mac, Src S, int R>
 void pair_direct_rows(const uint32_t* xq, int64_t K2, const PackedWeight& w, int64_t p0, int64_t p1, float* y,
                       const Ctx& c) {
   constexpr int kNp = R == 1 ? 4 : R <= 3 ? 2 : 1;  // >= 8 independent chains
   for (int64_t p = p0; p < p1;) {
     if constexpr (kNp > 1) {
-      bool fast = p + kNp <= p1;
-      if constexpr (is_fast(S))
-        for (int q = 0; q < kNp && fast; ++q) fast = w.panel_fast(p + q);
-      if (fast) {
-        pair_direct_kernel<Mac, S, R, kNp>(xq, K2, w, p, y, c);
+      bool same = p + kNp <= p1;
+      for (int q = 0; q < kNp && same; ++q) same = panel_src<S>(w, p + q) == S;
+      if (same) {
+        if constexpr (S == Src::Lut8)
+          pair_direct_lut<Mac, R, kNp>(xq, K2, w, p, y);
+        else
+          pair_direct_kernel<Mac, S, R, kNp>(xq, K2, w, p, y, c);
         p += kNp;
         continue;
       }
     }
-    if (is_fast(S) && !w.panel_fast(p))
-      pair_direct_kernel<Mac, Src::Generic, R, 1>(xq, K2, w, p, y, c);
-    else
-      pair_direct_kernel<Mac, S, R, 1>(xq, K2, w, p, y, c);
+    switch (panel_src<S>(w, p)) {
+      case Src::Generic: pair_direct_kernel<Mac, Src::Generic, R, 1>(xq, K2, w, p, y, c); break;
+      case Src::Fast20:
+        if constexpr (S == Src::Lut8) {
+          pair_direct_kernel<Mac, Src::Fast20, R, 1>(xq, K2, w, p, y, c);
+          break;
+        }
+        [[fallthrough]];
+      default:
+        if constexpr (S == Src::Lut8)
+          pair_direct_lut<Mac, R, 1>(xq, K2, w, p, y);
+        else
+          pair_direct_kernel<Mac, S, R, 1>(xq, K2, w, p, y, c);
+    }
     ++p;
   }
 }
@@ -224,10 +393,20 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
     const int64_t k1 = std::min(K, k0 + kKc), kc = k1 - k0, kp = (kc + 1) / 2;
     for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K + k0, kc, xp + r * kXs2);
     for (int64_t p = p0; p < p1; ++p) {
-      if (is_fast(S) && !w.panel_fast(p))
-        decode_panel_pairs<Src::Generic>(w, p, k0, k1, wb, c);
-      else
-        decode_panel_pairs<S>(w, p, k0, k1, wb, c);
+      switch (panel_src<S>(w, p)) {
+        case Src::Generic: decode_panel_pairs<Src::Generic>(w, p, k0, k1, wb, c); break;
+        case Src::Fast20:
+          if constexpr (S == Src::Lut8) {
+            decode_panel_pairs<Src::Fast20>(w, p, k0, k1, wb, c);
+            break;
+          }
+          [[fallthrough]];
+        default:
+          if constexpr (S == Src::Lut8)
+            decode_panel_pairs_lut(w, p, k0, k1, wb);
+          else
+            decode_panel_pairs<S>(w, p, k0, k1, wb, c);
+      }
       const int64_t cols = N - p * kPanel;
       const __mmask16 mk0 = lane_mask(cols), mk1 = lane_mask(cols - 16);
       const char* next = p + 1 < p1 ? static_cast<const char*>(w.panel_data(p + 1)) + k0 * kPanel * esize : nullptr;
@@ -249,7 +428,9 @@ void pair_run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64
   static thread_local PairScratch scratch;
   const Ctx c(w);
   if (w.format() == WFormat::BF16) return pair_run_src<Mac, Src::BF16>(x, w, y, m0, m1, p0, p1, c, scratch);
-  if (w.elem() == ElemType::E4M3) return pair_run_src<Mac, Src::Fast20>(x, w, y, m0, m1, p0, p1, c, scratch);
+  if (w.elem() == ElemType::E4M3)
+    return pair_lut_enabled() ? pair_run_src<Mac, Src::Lut8>(x, w, y, m0, m1, p0, p1, c, scratch)
+                              : pair_run_src<Mac, Src::Fast20>(x, w, y, m0, m1, p0, p1, c, scratch);
   if (w.elem() == ElemType::E5M2) return pair_run_src<Mac, Src::Fast21>(x, w, y, m0, m1, p0, p1, c, scratch);
   return pair_run_src<Mac, Src::Generic>(x, w, y, m0, m1, p0, p1, c, scratch);
 }

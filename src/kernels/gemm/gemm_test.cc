@@ -523,6 +523,83 @@ TEST(Gemm, FastDecodeSelection) {
   EXPECT_TRUE(pw.panel_fast(3));
 }
 
+// Which panels the pair kernels decode by table lookup: MX E4M3 fast panels
+// without a NaN scale.
+TEST(Gemm, LutDecodeSelection) {
+  for (Kind kind : {Kind::MxE4M3Floor, Kind::MxE4M3RCeil}) {
+    const PackedWeight pw = PackedWeight::pack(make_weight(kind, 100, 256, 5).view);
+    for (int64_t p = 0; p < pw.panels(); ++p) EXPECT_TRUE(pw.panel_lut(p)) << int(kind) << " panel " << p;
+  }
+  for (Kind kind : {Kind::MxE5M2RCeil, Kind::Fp8Tensor, Kind::Fp8Block128, Kind::BF16}) {
+    const PackedWeight pw = PackedWeight::pack(make_weight(kind, 100, 256, 5).view);
+    for (int64_t p = 0; p < pw.panels(); ++p) EXPECT_FALSE(pw.panel_lut(p)) << int(kind) << " panel " << p;
+  }
+  Weight w = make_weight(Kind::MxE4M3RCeil, 100, 256, 6);
+  w.mx_scales[40 * 8 + 3] = kE8M0Nan;  // panel 1: still fast, not a table panel
+  w.codes[70 * 256 + 9] = 0xFF;        // panel 2: a NaN code, neither
+  const PackedWeight pw = PackedWeight::pack(w.view);
+  EXPECT_TRUE(pw.panel_lut(0));
+  EXPECT_TRUE(pw.panel_fast(1));
+  EXPECT_FALSE(pw.panel_lut(1));
+  EXPECT_FALSE(pw.panel_fast(2));
+  EXPECT_FALSE(pw.panel_lut(2));
+  EXPECT_TRUE(pw.panel_lut(3));
+}
+
+// The table-lookup decode against the reference and against the decode it
+// replaces, bit for bit: every E4M3 code but NaN (subnormals, +-0, 448), scales
+// over the whole range it takes (0 .. 134, values far below BF16's normal range
+// included) beside panels that fall back (a NaN scale, a scale over 134), X
+// with zeros and subnormals; direct (M <= 6) and blocked paths, both pair kernels.
+TEST(Gemm, LutDecodeMatchesReference) {
+  if (!detail::pair_lut_enabled()) GTEST_SKIP() << "no AVX512_VBMI: the table-lookup decode does not run here";
+  ThreadPool pool(2);
+  std::mt19937 rng(4242);
+  const int64_t n = 160, k = 320;
+  for (int variant = 0; variant < 3; ++variant) {
+    Weight w;
+    w.name = "mx e4m3 lut v" + std::to_string(variant);
+    w.codes.resize(static_cast<size_t>(n * k));
+    for (auto& c : w.codes) {
+      c = static_cast<uint8_t>(rng());
+      if ((c & 0x7F) == 0x7F) c ^= 0x01;
+      if (rng() % 8 == 0) c = static_cast<uint8_t>(rng() % 2 ? 0x80 | (rng() % 8) : rng() % 8);  // zeros, subnormals
+    }
+    w.mx_scales.resize(static_cast<size_t>(n * k / 32));
+    const uint8_t edge[] = {0, 1, 2, 9, 10, 11, 17, 18, 19, 127, 133, 134};
+    for (auto& s : w.mx_scales)
+      s = variant == 0 ? static_cast<uint8_t>(110 + rng() % 25) : variant == 1 ? edge[rng() % 12]
+                                                                               : static_cast<uint8_t>(rng() % 135);
+    if (variant == 2) {
+      w.mx_scales[(2 * 32 + 5) * (k / 32) + 3] = kE8M0Nan;  // panel 2 falls back (NaN scale)
+      w.mx_scales[(3 * 32 + 7) * (k / 32) + 1] = 135;       // panel 3 falls back (generic)
+    }
+    w.view = WeightView{WFormat::MX, n, k, w.codes.data()};
+    w.view.elem = ElemType::E4M3;
+    w.view.mx_scales = w.mx_scales.data();
+    const PackedWeight pw = PackedWeight::pack(w.view);
+    EXPECT_EQ(pw.panel_lut(2), variant != 2);
+    EXPECT_EQ(pw.panel_lut(3), variant != 2);
+    EXPECT_TRUE(pw.panel_lut(0));
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 40}) {
+      const std::vector<float> x = random_matrix(m, k, static_cast<uint32_t>(rng()), true, variant == 0);
+      std::vector<float> ref(static_cast<size_t>(m * n));
+      gemm_reference(x.data(), m, w.view, ref.data());
+      for (const Engine& eng : engines()) {
+        if (eng.be == Backend::Scalar) continue;
+        for (bool lut : {true, false}) {
+          detail::set_pair_lut_enabled(lut);
+          std::vector<float> y(static_cast<size_t>(m * n));
+          gemm(x.data(), m, pw, y.data(), {&pool, eng.be, eng.pk});
+          expect_same_bits(y.data(), ref.data(), y.size(),
+                           std::string(eng.name) + (lut ? " lut " : " no lut ") + shape_name(w, m));
+        }
+        detail::set_pair_lut_enabled(true);
+      }
+    }
+  }
+}
+
 TEST(Gemm, PackedWeightKeepsStorageFormat) {
   const Weight b = make_weight(Kind::BF16, 64, 1024, 1), m = make_weight(Kind::MxE4M3RCeil, 64, 1024, 2),
                f = make_weight(Kind::F32, 64, 1024, 3);
