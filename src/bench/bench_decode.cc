@@ -9,7 +9,8 @@
 // the step time is the median, tokens/s = B / step time. The plans' models
 // are all prepared first and measured interleaved (prefill repetition by
 // repetition, decode step by step), so that other load on the machine falls
-// on them alike.
+// on them alike. Prepare (cold, into fresh pages) and re-prepare (warm, a
+// weight sync's rebuild) are medians of 3 builds, plans interleaved too.
 //
 // Bytes read per decode step: the packed weights of every linear the step
 // runs (for MoE layers, the expected number of distinct experts B tokens
@@ -32,6 +33,9 @@
 #include <vector>
 
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "bench/bench.h"
 #include "bench/bench_util.h"
@@ -46,6 +50,16 @@
 #include "util/thread_pool.h"
 
 namespace mxrl {
+
+namespace {
+// The heap's free memory back to the kernel (mxrl keeps freed memory,
+// cli/main.cc), so that the next allocations are served fresh pages.
+void return_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+}  // namespace
 
 // A cheap deterministic stand-in for init_params (normal draws are slow at
 // 0.6B): uniform values of the same standard deviation, from a hash of the
@@ -180,15 +194,30 @@ void bench_decode(const BenchDecodeOptions& a) {
   // Every plan's model at once: the plans' measurements are interleaved
   // (prefill repetition by repetition, decode step by step), so that other
   // load on the machine falls on all of them alike.
+  //
+  // Cold prepare: a build into memory the kernel has yet to hand over, as a
+  // fresh process's first build (mxrl keeps freed memory, so the heap's free
+  // pages go back to the kernel before each build). Median of 3, plans
+  // interleaved: measured once in plan order, the later plan paid for the
+  // earlier one's (and the machine's) state, not for its own work — on a VM
+  // a page's first touch costs microseconds, and how many depends on what
+  // the machine did just before (measured: mxfp8 3.6 s after bf16, bf16 20 s
+  // after mxfp8).
   const size_t np = plans.size();
-  std::vector<std::unique_ptr<const Model>> models;
-  std::vector<double> prepare_s, weight_total;
-  for (size_t pi = 0; pi < np; ++pi) {
-    progress.show(fmt::format("  {} {}: prepare", a.shape, a.plans[pi]));
-    t0 = Clock::now();
-    models.push_back(std::make_unique<const Model>(params, plans[pi], exec));
-    prepare_s.push_back(seconds_since(t0));
-    weight_total.push_back(weight_bytes(*models.back(), 1).total);
+  std::vector<std::unique_ptr<const Model>> models(np);
+  std::vector<double> prepare_s(np), weight_total(np);
+  {
+    std::vector<std::vector<double>> t(np);
+    for (int rep = 0; rep < 3; ++rep)
+      for (size_t pi = 0; pi < np; ++pi) {
+        progress.show(fmt::format("  {} {}: prepare {}", a.shape, a.plans[pi], rep + 1));
+        models[pi].reset();
+        return_free_memory();
+        t0 = Clock::now();
+        models[pi] = std::make_unique<const Model>(params, plans[pi], exec);
+        t[pi].push_back(seconds_since(t0));
+      }
+    for (size_t pi = 0; pi < np; ++pi) prepare_s[pi] = median(t[pi]), weight_total[pi] = weight_bytes(*models[pi], 1).total;
   }
 
   std::vector<DecodeResult> res(np * a.batches.size());  // [plan][batch]
@@ -254,8 +283,8 @@ void bench_decode(const BenchDecodeOptions& a) {
     }
   }
   // Re-prepare: a weight sync drops the old model and builds the new one, so
-  // its memory is no longer the process's first touch. Plans interleaved,
-  // median of 3 (the first prepare above is the cold one).
+  // its memory is no longer the process's first touch (the heap keeps what
+  // the old model freed). Plans interleaved, median of 3.
   std::vector<double> reprepare_s(np);
   {
     std::vector<std::vector<double>> t(np);

@@ -389,6 +389,62 @@ void pack_panel(const T* s, int64_t K, int64_t n0, int64_t cols, T* d) {
     }
   }
 }
+#if defined(__SSE2__)
+// 16 rows x 16 bytes, transposed in registers: a[i] holds row i's bytes
+// k0..k0+15 and becomes the 16 rows' bytes at k0 + i. Each round maps
+// register R, byte c to register 2(R mod 8) + c/8, byte 2(c mod 8) + R/8: a
+// rotation by one of the 8 index bits (R, c), so four rounds swap R and c.
+inline void transpose_16x16_bytes(__m128i a[16]) {
+  __m128i t[16];
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm_unpacklo_epi8(a[i], a[i + 8]);
+      t[2 * i + 1] = _mm_unpackhi_epi8(a[i], a[i + 8]);
+    }
+    for (int i = 0; i < 16; ++i) a[i] = t[i];
+  }
+}
+
+// pack_panel<uint8_t, true> for a full panel (32 rows) and k in [k0, k0 + 16):
+// rows 0..15 and 16..31 are transposed apart, and their byte-wise unpack
+// interleaves columns i and 16 + i as the panel layout wants. The scalar loop
+// of pack_panel is the reference (gemm_test compares every element).
+inline void pack_panel_bytes16(const uint8_t* s, int64_t K, int64_t n0, int64_t k0, uint8_t* d) {
+  __m128i lo[16], hi[16];
+  for (int i = 0; i < 16; ++i) {
+    lo[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (n0 + i) * K + k0));
+    hi[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (n0 + 16 + i) * K + k0));
+  }
+  transpose_16x16_bytes(lo);
+  transpose_16x16_bytes(hi);
+  for (int k = 0; k < 16; ++k) {
+    auto* dd = reinterpret_cast<__m128i*>(d + (k0 + k) * kPanel);
+    _mm_storeu_si128(dd, _mm_unpacklo_epi8(lo[k], hi[k]));
+    _mm_storeu_si128(dd + 1, _mm_unpackhi_epi8(lo[k], hi[k]));
+  }
+}
+#endif
+
+// Element codes (MX, FP8) of one panel: pack_panel<uint8_t, true>, with full
+// panels done 16 k at a time in registers (one store per byte made the
+// scalar loop the larger part of an MX model's prepare).
+void pack_panel_codes(const uint8_t* s, int64_t K, int64_t n0, int64_t cols, uint8_t* d) {
+#if defined(__SSE2__)
+  if (cols == kPanel) {
+    const int64_t k16 = K / 16 * 16;
+    for (int64_t k0 = 0; k0 < k16; k0 += 16) pack_panel_bytes16(s, K, n0, k0, d);
+    if (k16 == K) return;
+    // The last K % 16 columns: the scalar loop over W's columns [k16, K).
+    for (int64_t j = 0; j < kPanel; ++j) {
+      const int64_t pos = j < 16 ? 2 * j : 2 * (j - 16) + 1;
+      for (int64_t k = k16; k < K; ++k) d[k * kPanel + pos] = s[(n0 + j) * K + k];
+    }
+    return;
+  }
+#endif
+  pack_panel<uint8_t, true>(s, K, n0, cols, d);
+}
+
 // The same panel from the transpose: s is W^T, row-major [K][N], so each k
 // gives 32 consecutive source elements (one contiguous read, one contiguous
 // write per k, no transpose).
@@ -562,7 +618,7 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
               if (transposed)
                 pack_panel_transposed<uint8_t, true>(s, N, K, n0, cols, dst);
               else
-                pack_panel<uint8_t, true>(s, K, n0, cols, dst);
+                pack_panel_codes(s, K, n0, cols, dst);
               // The checks read the packed panel: every code of the panel's columns, in any order.
               bool fast = f.bits == 8;
               uint8_t any_bits = 0;
