@@ -35,19 +35,48 @@ __mmask16 valid_lanes(int64_t n, int64_t c) {
   return left >= kChunk ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
 }
 
-// xt[c][d][16] = x[(16c + i) * stride + d] for key 16c + i < n, zero beyond.
+// r[i][d] -> r[d][i] for a 16 x 16 block of floats in registers.
+inline void transpose16x16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: a0 b0 a1 b1 / a2 b2 a3 b3
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i .. 4i+3 at column 4L + j
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+  }
+}
+
+// xt[c][d][16] = x[(16c + i) * stride + d] for key 16c + i < n, zero beyond
+// (hd a multiple of 16): 16 x 16 blocks transposed in registers. Pure data
+// movement: the values are bit for bit those of the row layout.
 void transpose_keys(std::vector<float>& xt, const float* x, int64_t n, int64_t stride, int64_t hd) {
   xt.resize(chunks(n) * hd * kChunk);
   for (int64_t c = 0; c < chunks(n); ++c) {
     float* dst = &xt[c * hd * kChunk];
-    for (int64_t i = 0; i < kChunk; ++i) {
-      const int64_t j = c * kChunk + i;
-      if (j < n) {
-        const float* src = x + j * stride;
-        for (int64_t d = 0; d < hd; ++d) dst[d * kChunk + i] = src[d];
-      } else {
-        for (int64_t d = 0; d < hd; ++d) dst[d * kChunk + i] = 0.0f;
-      }
+    const int64_t valid = std::min<int64_t>(kChunk, n - c * kChunk);
+    const float* src = x + c * kChunk * stride;
+    for (int64_t d0 = 0; d0 < hd; d0 += kChunk) {
+      __m512 r[16];
+      for (int64_t i = 0; i < kChunk; ++i)
+        r[i] = i < valid ? _mm512_loadu_ps(src + i * stride + d0) : _mm512_setzero_ps();
+      transpose16x16(r);
+      for (int d = 0; d < 16; ++d) _mm512_storeu_ps(dst + (d0 + d) * kChunk, r[d]);
     }
   }
 }
