@@ -6,7 +6,7 @@
 #   scripts/bench/ab.sh OLD/mxrl NEW/mxrl ROUNDS decode -- --shape tiny-dense --batch 1 --plan bf16 --plan mxfp8
 #   scripts/bench/ab.sh OLD/mxrl NEW/mxrl ROUNDS train  -- --preset tiny-dense --micro-batch-tokens 16384
 #
-# decode: tokens/s at each (plan, batch); train: training tokens/s per recipe.
+# decode: decode and prefill tokens/s at each (plan, batch); train: training tokens/s per recipe.
 set -euo pipefail
 if [ $# -lt 5 ] || [ "$5" != "--" ]; then
   echo "usage: $0 A_BIN B_BIN ROUNDS {decode|train} -- BENCH_ARGS..." >&2
@@ -28,7 +28,9 @@ out, rounds, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def figures(path):
     j = json.load(open(path))
     if kind == "decode":
-        return {f"{r['plan']} batch {r['batch']} decode tok/s": r["decode_tokens_per_s"] for r in j["results"]}
+        f = {f"{r['plan']} batch {r['batch']} decode tok/s": r["decode_tokens_per_s"] for r in j["results"]}
+        f.update({f"{r['plan']} batch {r['batch']} prefill tok/s": r["prefill_tokens_per_s"] for r in j["results"]})
+        return f
     return {f"{r['recipe']} train tok/s": r["tokens_per_s"] for r in j["results"]}
 runs = [(figures(f"{out}/a.{i}.json"), figures(f"{out}/b.{i}.json")) for i in range(1, rounds + 1)]
 for key in runs[0][0]:
