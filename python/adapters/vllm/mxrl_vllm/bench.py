@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -156,13 +157,52 @@ def applicable(sampler: str, plan: str, model_dir: str) -> Optional[str]:
     return None
 
 
-class Workers:
-    """One worker process per (sampler, plan), each answering ``call(key, batch, prompt_len, new_tokens)``."""
+def reset_affinity(pid: int) -> int:
+    """Gives every thread of `pid` this process's CPU affinity; returns how many had another."""
+    if not hasattr(os, "sched_setaffinity"):
+        return 0
+    want, changed = os.sched_getaffinity(0), 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if os.sched_getaffinity(int(tid)) != want:
+                os.sched_setaffinity(int(tid), want)
+                changed += 1
+        except OSError:  # the thread ended meanwhile
+            pass
+    return changed
 
-    def __init__(self, ctx, model_dir: str, work: str, threads: int, env: Optional[Dict[str, Optional[str]]] = None):
+
+class Workers:
+    """One worker process per (sampler, plan), each answering ``call(key, batch, prompt_len, new_tokens)``.
+
+    park: every worker but the one called is stopped (SIGSTOP) while the called one
+    runs, and continued (SIGCONT) before its own command is sent, so no idle worker
+    can take CPU from the one being measured, whatever its threads do when idle
+    (OpenMP pools spinning after a parallel region, KMP_BLOCKTIME, polling loops).
+    Worker processes also get the parent's CPU affinity back at start.
+    """
+
+    def __init__(self, ctx, model_dir: str, work: str, threads: int, env: Optional[Dict[str, Optional[str]]] = None,
+                 park: bool = True):
         self.ctx, self.model_dir, self.work, self.threads, self.env = ctx, model_dir, work, threads, env
+        self.park = park
         self.live: Dict[tuple, Any] = {}
+        self.stopped: set = set()
+        self.repinned: Dict[tuple, int] = {}  # per worker: threads found pinned to other cores than the parent's
         self.calls = 0
+
+    def _signal(self, key, stop: bool) -> None:
+        if stop == (key in self.stopped):
+            return
+        os.kill(self.live[key][1].pid, signal.SIGSTOP if stop else signal.SIGCONT)
+        (self.stopped.add if stop else self.stopped.discard)(key)
+
+    def _run_alone(self, key) -> None:
+        """Continue `key`, stop every other worker (when parking)."""
+        self._signal(key, False)
+        for k in self.live:
+            if k != key:
+                self._signal(k, self.park)
 
     def start(self, sampler: str, plan: str) -> Optional[str]:
         """Loads the sampler; returns why it could not, or None."""
@@ -170,15 +210,21 @@ class Workers:
         if why:
             return why
         a, b = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker, args=(b, sampler, plan, self.model_dir, self.work, self.threads, self.env),
-                                daemon=True)
+        proc = self.ctx.Process(target=_worker, daemon=True,
+                                args=(b, sampler, plan, self.model_dir, self.work, self.threads, self.env))
         proc.start()
+        self._run_all()  # loading runs beside no stopped worker (a stopped one would keep its memory anyway)
         msg = a.recv()
         if "error" in msg:
             proc.join()
             return msg["error"]
+        self.repinned[(sampler, plan)] = reset_affinity(proc.pid)
         self.live[(sampler, plan)] = (a, proc)
         return None
+
+    def _run_all(self) -> None:
+        for k in list(self.stopped):
+            self._signal(k, False)
 
     def pid(self, key) -> int:
         return self.live[key][1].pid
@@ -187,6 +233,7 @@ class Workers:
         """Seconds of one generate call; raises if it failed or made other than batch * new_tokens tokens."""
         a, _ = self.live[key]
         self.calls += 1
+        self._run_alone(key)
         a.send({"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "call": self.calls})
         m = a.recv()
         if "error" in m:
@@ -197,6 +244,7 @@ class Workers:
         return m["seconds"]
 
     def close(self) -> None:
+        self._run_all()
         for a, proc in self.live.values():
             try:
                 a.send(None)
@@ -213,9 +261,10 @@ def _figure(runs: List[Optional[float]]) -> Dict[str, Any]:
         {"median": None, "min": None, "max": None, "runs": runs}
 
 
-def _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, new_tokens, wd, threads, progress):
+def _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, new_tokens, wd, threads, park,
+             progress):
     """Workers for every sampler under plan p, a warm-up, then `rounds` interleaved rounds over (sampler, batch)."""
-    w, skipped = Workers(ctx, model_dir, str(wd), threads), {}
+    w, skipped = Workers(ctx, model_dir, str(wd), threads, park=park), {}
     try:
         for s in samplers:
             why = w.start(s, p)
@@ -244,6 +293,7 @@ def _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, ne
         dec = [b * (new_tokens - 1) / (x - y) if new_tokens > 1 and x > y else None for x, y in zip(tn, t1)]
         g, pf, d = _figure(gen), _figure(pre), _figure(dec)
         rows.append({"sampler": s, "plan": p, "batch": b, "tokens": b * new_tokens, "prompt_tokens": b * prompt_len,
+                     "threads_repinned": w.repinned.get((s, p), 0),
                      "tok_s": g["median"], "min": g["min"], "max": g["max"], "runs": gen,
                      "prefill_tok_s": pf["median"], "prefill": pf, "decode_tok_s": d["median"], "decode": d,
                      "seconds_new_tokens": tn, "seconds_1_token": t1})
@@ -251,8 +301,8 @@ def _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, ne
 
 
 def run(shapes: List[str], out: str, *, samplers=SAMPLERS, plans=("bf16", "mxfp8"), batches=(1, 32),
-        rounds: int = 3, prompt_len: int = 16, new_tokens: int = 32, threads: int = 0, work: Optional[str] = None,
-        progress: Callable[[str], None] = print) -> Dict[str, Any]:
+        rounds: int = 3, prompt_len: int = 16, new_tokens: int = 32, threads: int = 0, park: bool = True,
+        work: Optional[str] = None, progress: Callable[[str], None] = print) -> Dict[str, Any]:
     """Per shape and plan: a worker per sampler, then `rounds` interleaved rounds over (sampler, batch)."""
     from .experiment import write_json
 
@@ -268,14 +318,15 @@ def run(shapes: List[str], out: str, *, samplers=SAMPLERS, plans=("bf16", "mxfp8
     ctx = mp.get_context("spawn")
     res: Dict[str, Any] = {"config": {"rounds": rounds, "prompt_len": prompt_len, "new_tokens": new_tokens,
                                       "batches": list(batches), "plans": list(plans), "samplers": list(samplers),
-                                      "threads": threads, "greedy": True, "worker_env": worker_env(threads)},
+                                      "threads": threads, "greedy": True, "worker_env": worker_env(threads),
+                                      "park": park},
                            "shapes": {}}
     for shape, model_dir in models.items():
         rows, skipped = [], {}
         for p in plans:  # one plan's samplers alive at a time (a 0.6B model per worker adds up)
             try:
                 r, sk = _measure(ctx, shape, model_dir, p, samplers, batches, rounds, prompt_len, new_tokens, wd,
-                                 threads, progress)
+                                 threads, park, progress)
             except (RuntimeError, OSError, EOFError) as e:  # one plan failing loses neither the others nor the file
                 progress(f"bench: {shape} {p}: failed: {e}")
                 skipped[f"all {p}"] = f"failed: {e}"
