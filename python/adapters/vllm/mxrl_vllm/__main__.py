@@ -160,7 +160,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
     res = bench.run([x for x in a.shapes.split(",") if x], str(out / "engine_speed.json"),
                     samplers=[x for x in a.samplers.split(",") if x], plans=[x for x in a.plans.split(",") if x],
                     batches=[int(x) for x in a.batches.split(",") if x], rounds=a.rounds, prompt_len=a.prompt_len,
-                    new_tokens=a.new_tokens, progress=lambda s: print(s, file=sys.stderr, flush=True))
+                    new_tokens=a.new_tokens, threads=a.threads, park=not a.no_park,
+                    progress=lambda s: print(s, file=sys.stderr, flush=True))
     res["stamp"] = a.stamp or _stamp()
     _write_reports(out, "engine_speed", res, bench.markdown)
     return 0
@@ -230,6 +231,9 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--rounds", type=int, default=3, help="interleaved rounds (the median is reported)")
     b.add_argument("--prompt-len", type=int, default=16)
     b.add_argument("--new-tokens", type=int, default=32)
+    b.add_argument("--threads", type=int, default=0, help="threads per sampler (0: every core this process may use)")
+    b.add_argument("--no-park", action="store_true", help="leave idle workers running while another is measured "
+                   "(default: stopped, SIGSTOP, so they cannot take CPU from it)")
     b.add_argument("--stamp", default="", help="the date/commit/CPU line (default: today, mxrl's version, this CPU)")
     b.set_defaults(fn=cmd_bench)
     d = sub.add_parser("diverge", help="where vLLM's forward pass first differs from mxrl's learner, per layer and "

@@ -58,6 +58,30 @@ def test_bench_interleaves_samplers_and_says_what_cannot_run(tmp_path, capsys):
         bench.run(["tiny-dense"], str(tmp_path / "x.json"), samplers=["sglang"])
 
 
+def test_bench_separates_prefill_and_decode_and_makes_the_tokens_asked(tmp_path):
+    res = bench.run(["tiny-dense"], str(tmp_path / "speed.json"), samplers=["vllm", "mxrl"], plans=["bf16"],
+                    batches=[3], rounds=1, prompt_len=8, new_tokens=12, threads=2, work=str(tmp_path),
+                    progress=lambda s: None)
+    rows = {r["sampler"]: r for r in res["shapes"]["tiny-dense"]["rows"]}
+    assert set(rows) == {"vllm", "mxrl"} and res["config"]["worker_env"]["OMP_NUM_THREADS"] == "2"
+    for name, r in rows.items():
+        # Workers.call raised had a sampler made other than batch x new tokens; the rows say what was counted.
+        assert (r["batch"], r["tokens"], r["prompt_tokens"]) == (3, 36, 24), name
+        assert r["tok_s"] > 0 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0, name
+        assert len(r["prefill"]["runs"]) == len(r["decode"]["runs"]) == 1, name
+        # decode excludes the prefill the generate figure includes
+        assert r["seconds_new_tokens"][0] > r["seconds_1_token"][0], name
+    md = bench.markdown(res, "stamp")
+    assert "mxrl's sampler against `vllm` (mxrl / vllm)" in md and "| bf16 | 3 | prefill |" in md
+    assert "| bf16 | 3 | decode |" in md
+
+
+def test_bench_prompts_are_fresh_per_call():
+    a, b = bench.prompts_for(1, 2, 16, 100), bench.prompts_for(2, 2, 16, 100)
+    assert a != b and a[0] != a[1] and all(3 <= t < 100 for p in a for t in p)
+    assert bench.prompts_for(1, 2, 16, 100) == a
+
+
 def _config_dir(tmp_path, cfg):
     d = tmp_path / "cfg"
     d.mkdir(exist_ok=True)
