@@ -15,7 +15,9 @@ nlohmann::json bench_provenance(PairKernel requested, bool uses_gemm) {
   nlohmann::json kernels = {{"backend", backend_name(be)}};
   if (uses_gemm) {
     nlohmann::json pk = {{"requested", pair_kernel_name(requested)}};
-    if (be != Backend::Avx512) {
+    if (be == Backend::Avx2) {
+      pk["summary"] = "avx2 (the FMA pair chain)";
+    } else if (be != Backend::Avx512) {
       pk["summary"] = "scalar reference";
     } else {
       pk["summary"] = pair_kernel_summary(requested);
@@ -38,16 +40,21 @@ nlohmann::json bench_provenance(PairKernel requested, bool uses_gemm) {
   return {{"version", MXRL_VERSION},
           {"commit", build_commit()},
           {"cpu", cpu_model_name()},
-          {"isa", {{"avx512", f.avx512}, {"avx512_bf16", f.avx512_bf16}, {"amx", f.amx_tile && f.amx_bf16}}},
+          {"isa",
+           {{"avx2", f.avx2},
+            {"avx512", f.avx512},
+            {"avx512_bf16", f.avx512_bf16},
+            {"avx512_vbmi", f.avx512_vbmi},
+            {"amx", f.amx_tile && f.amx_bf16}}},
           {"kernels", kernels}};
 }
 
 std::string bench_provenance_text(const nlohmann::json& p) {
   const auto& isa = p["isa"];
   auto yn = [&](const char* k) { return fmt::format("{} {}", k, isa[k].get<bool>() ? "yes" : "no"); };
-  std::string s = fmt::format("mxrl {}, commit {}; CPU {} ({}, {}, {})\n", p["version"].get<std::string>(),
-                              p["commit"].get<std::string>(), p["cpu"].get<std::string>(), yn("avx512"),
-                              yn("avx512_bf16"), yn("amx"));
+  std::string s = fmt::format("mxrl {}, commit {}; CPU {} ({}, {}, {}, {}, {})\n", p["version"].get<std::string>(),
+                              p["commit"].get<std::string>(), p["cpu"].get<std::string>(), yn("avx2"), yn("avx512"),
+                              yn("avx512_bf16"), yn("avx512_vbmi"), yn("amx"));
   const auto& k = p["kernels"];
   s += fmt::format("kernels: backend {}", k["backend"].get<std::string>());
   if (k.contains("pair_kernel")) {

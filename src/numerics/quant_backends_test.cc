@@ -20,6 +20,7 @@ namespace {
 
 std::vector<Backend> backends() {
   std::vector<Backend> b{Backend::Scalar};
+  if (cpu_features().avx2) b.push_back(Backend::Avx2);
   if (cpu_features().avx512) b.push_back(Backend::Avx512);
   return b;
 }

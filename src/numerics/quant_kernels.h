@@ -36,6 +36,9 @@ struct QuantKernels {
 extern const QuantKernels kScalarKernels;
 #if defined(__x86_64__)
 extern const QuantKernels kAvx512Kernels;
+// Backend::Avx2: MX row quantization (RNE) and BF16 rounding on AVX2, the
+// rest kScalarKernels' (quant_avx2.cc).
+const QuantKernels& avx2_quant_kernels();
 #endif
 const QuantKernels& quant_kernels(Backend b);  // b resolved with resolve_backend
 

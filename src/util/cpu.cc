@@ -14,6 +14,7 @@ namespace mxrl {
 static CpuFeatures detect() {
   CpuFeatures f;
   __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   // __builtin_cpu_supports checks XCR0 (OS support) for the AVX-512 state.
   f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
@@ -69,12 +70,15 @@ Backend resolve_backend(Backend requested) {
   if (requested == Backend::Auto) {  // read once: every kernel call resolves its backend
     static const Backend best = [] {
       const char* env = std::getenv("MXRL_BACKEND");
+      const CpuFeatures& f = cpu_features();
       if (env && std::strcmp(env, "scalar") == 0) return Backend::Scalar;
-      return cpu_features().avx512 ? Backend::Avx512 : Backend::Scalar;
+      if (env && std::strcmp(env, "avx2") == 0) return f.avx2 ? Backend::Avx2 : Backend::Scalar;
+      return f.avx512 ? Backend::Avx512 : f.avx2 ? Backend::Avx2 : Backend::Scalar;
     }();
     return best;
   }
   if (requested == Backend::Avx512 && !cpu_features().avx512) return Backend::Scalar;
+  if (requested == Backend::Avx2 && !cpu_features().avx2) return Backend::Scalar;
   return requested;
 }
 
@@ -82,6 +86,7 @@ const char* backend_name(Backend b) {
   switch (b) {
     case Backend::Auto: return "auto";
     case Backend::Scalar: return "scalar";
+    case Backend::Avx2: return "avx2";
     case Backend::Avx512: return "avx512";
   }
   return "?";

@@ -5,7 +5,11 @@
 
 namespace mxrl {
 
-enum class Backend { Auto, Scalar, Avx512 };
+// Avx2 (CPUs with AVX2 + FMA + F16C but not AVX-512): its own GEMM kernels
+// (gemm_avx2.cc), MX row quantization and BF16 rounding (quant_avx2.cc), and
+// the ops' scalar code compiled for AVX2 + FMA (ops_avx2.cc); every other
+// kernel runs its scalar reference there.
+enum class Backend { Auto, Scalar, Avx2, Avx512 };
 // How the AVX-512 backend computes GEMMs with BF16 and MX weights (kernels/gemm/gemm.h):
 // Auto (per shape class, the faster of Dot and Fma here; Dot only where
 // VDPBF16PS passes its self-test: pair_kernel_choice), Dot, Fma, or Amx
@@ -13,6 +17,7 @@ enum class Backend { Auto, Scalar, Avx512 };
 enum class PairKernel { Auto, Dot, Fma, Amx };
 
 struct CpuFeatures {
+  bool avx2 = false;    // AVX2 + FMA + F16C, with OS support
   bool avx512 = false;  // F + BW + DQ + VL, with OS support
   bool avx512_bf16 = false;
   bool avx512_vbmi = false;  // VPERMI2B: the GEMM's table-lookup MX E4M3 decode
@@ -30,8 +35,9 @@ const std::string& cpu_model_name();
 // permission is process-wide). False elsewhere. Asked only by code that wants
 // AMX, so processes that never use it keep the smaller signal frames.
 bool request_amx();
-// Auto resolves to the best backend this CPU runs (respecting MXRL_BACKEND);
-// asking for one the CPU lacks falls back to Scalar.
+// Auto resolves to the best backend this CPU runs: Avx512, else Avx2, else
+// Scalar; MXRL_BACKEND=scalar or =avx2 in the environment (read once) caps it.
+// Asking for one the CPU lacks falls back to Scalar.
 Backend resolve_backend(Backend requested);
 const char* backend_name(Backend b);
 

@@ -210,7 +210,12 @@ struct GemmKernels {
   int64_t tile_rows;
 };
 extern const GemmKernels kGemmScalar;
+// The reference's weight values of panel p as FP32, [k][32] (columns in
+// order; out resized to K rows): the scalar backend's decode, and the AVX2
+// backend's for panels it does not decode itself.
+void panel_values(const PackedWeight& w, int64_t p, std::vector<float>& out);
 #if defined(__x86_64__)
+extern const GemmKernels kGemmAvx2;  // Backend::Avx2 (gemm_avx2.cc)
 extern const GemmKernels kGemmAvx512;
 extern const GemmKernels kGemmAmx;        // BF16 and MX weights, PairKernel::Amx only (gemm_amx.cc)
 extern const GemmKernels kGemmAvx512Dot;  // kGemmAvx512 with the pair chain on VDPBF16PS
@@ -267,8 +272,8 @@ bool amx_available();
 // NaN, infinities, rounding ties). "passed", "failed: ..." or "no AVX512_BF16".
 const std::string& bf16_dot_self_test();
 // The pair kernels' table-lookup decode of MX E4M3 panels (panel_lut): on
-// where the CPU has AVX512_VBMI, unless a test turned it off to run the
-// shift-and-multiply decode it replaces (the same bits).
+// where the CPU has AVX512_VBMI, unless turned off (a test, a benchmark) to
+// run the shift-and-multiply decode it replaces (the same bits).
 bool pair_lut_enabled();
 void set_pair_lut_enabled(bool on);
 #if defined(__x86_64__)

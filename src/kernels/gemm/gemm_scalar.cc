@@ -1,6 +1,6 @@
 // Scalar GEMM backend over the packed layout: plain loops and std::fma, in the
-// contract's order (the pair chain for BF16 and MX weights). Slow; it checks the packing and is the fallback on CPUs
-// without AVX-512.
+// contract's order (the pair chain for BF16 and MX weights). Slow; it checks the
+// packing and is the fallback on CPUs without AVX2 + FMA.
 #include <cmath>
 #include <vector>
 
@@ -9,8 +9,8 @@
 namespace mxrl::detail {
 namespace {
 constexpr int kPanel = PackedWeight::kPanel;
+}  // namespace
 
-// Weight values of panel p as FP32, [k][32] (columns in order).
 void panel_values(const PackedWeight& w, int64_t p, std::vector<float>& out) {
   const int64_t K = w.k();
   out.resize(static_cast<size_t>(K * kPanel));
@@ -52,6 +52,7 @@ void panel_values(const PackedWeight& w, int64_t p, std::vector<float>& out) {
   }
 }
 
+namespace {
 void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int64_t N = w.n(), K = w.k();
   const bool pairs = pair_contract(w.format());

@@ -33,6 +33,7 @@ struct Engine {
 };
 std::vector<Engine> engines() {
   std::vector<Engine> e{{Backend::Scalar, PairKernel::Auto, "scalar"}};
+  if (cpu_features().avx2) e.push_back({Backend::Avx2, PairKernel::Auto, "avx2"});
   if (cpu_features().avx512) {
     e.push_back({Backend::Avx512, PairKernel::Fma, "avx512-fma"});
     if (detail::bf16_dot_self_test() == "passed") e.push_back({Backend::Avx512, PairKernel::Dot, "avx512-dot"});

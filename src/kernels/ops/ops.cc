@@ -14,7 +14,12 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t n, const float
 }
 
 namespace detail {
-const OpsKernels& ops_kernels(Backend b) { return backend_table(b, kOpsScalar, MXRL_AVX512(kOpsAvx512)); }
+const OpsKernels& ops_kernels(Backend b) {
+#if defined(__x86_64__)
+  if (resolve_backend(b) == Backend::Avx2) return kOpsAvx2;
+#endif
+  return backend_table(b, kOpsScalar, MXRL_AVX512(kOpsAvx512));
+}
 }  // namespace detail
 
 void rmsnorm_forward(float* y, const float* x, const float* w, int64_t rows, int64_t dim, float eps, const Exec& exec) {

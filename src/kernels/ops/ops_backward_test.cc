@@ -297,6 +297,10 @@ TEST(AttentionBackward, RecomputedProbabilitiesAreBitwiseTheForwards) {
     Vec p(npos);
     detail::kOpsScalar.attention_probs(p.data(), q.data() + h * hd, k.data() + g * hd, npos, stride, hd, scale);
     for (int64_t j = 0; j < npos; ++j) EXPECT_EQ(f32_bits(p[j]), f32_bits(pf[h][j])) << h << " " << j;
+    if (cpu_features().avx2) {
+      detail::kOpsAvx2.attention_probs(p.data(), q.data() + h * hd, k.data() + g * hd, npos, stride, hd, scale);
+      for (int64_t j = 0; j < npos; ++j) EXPECT_EQ(f32_bits(p[j]), f32_bits(pf[h][j])) << h << " " << j;
+    }
     if (cpu_features().avx512) {
       detail::kOpsAvx512.attention_probs(p.data(), q.data() + h * hd, k.data() + g * hd, npos, stride, hd, scale);
       for (int64_t j = 0; j < npos; ++j) EXPECT_EQ(f32_bits(p[j]), f32_bits(pf[h][j])) << h << " " << j;
@@ -460,6 +464,7 @@ TEST(MoeRouteBackward, SingleRenormalizedExpertHasZeroGradient) {
 // same order) bit for bit.
 TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
   std::vector<const detail::OpsBackwardKernels*> tables = {&detail::kOpsBackwardScalar};
+  if (cpu_features().avx2) tables.push_back(&detail::kOpsBackwardAvx2);
   if (cpu_features().avx512) tables.push_back(&detail::kOpsBackwardAvx512);
   std::mt19937 rng(31);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -496,7 +501,7 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
       for (int64_t g = 0; g < cs.kvh; ++g)
         tab->attention_group(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), cs.T, cs.p0, k.data(), v.data(),
                              stride, cs.heads, cs.kvh, cs.hd, g, cs.scale);
-      const char* name = tab == &detail::kOpsBackwardScalar ? "scalar" : "avx512";
+      const char* name = tab == &detail::kOpsBackwardScalar ? "scalar" : tab == &detail::kOpsBackwardAvx2 ? "avx2" : "avx512";
       for (size_t i = 0; i < dq.size(); ++i) ASSERT_EQ(f32_bits(dq[i]), f32_bits(dq_ref[i])) << name << " dq " << i;
       for (size_t i = 0; i < dk.size(); ++i) ASSERT_EQ(f32_bits(dk[i]), f32_bits(dk_ref[i])) << name << " dk " << i;
       for (size_t i = 0; i < dv.size(); ++i) ASSERT_EQ(f32_bits(dv[i]), f32_bits(dv_ref[i])) << name << " dv " << i;
@@ -504,11 +509,10 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
   }
 }
 
-// The AVX-512 build of every backward op equals the scalar build bit for bit.
-TEST(OpsBackwardBackends, Avx512BuildMatchesScalarBuild) {
-  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+// The AVX2 and AVX-512 builds of every backward op equal the scalar build bit for bit.
+void expect_backward_build_matches_scalar(const detail::OpsBackwardKernels& b, const char* name) {
+  SCOPED_TRACE(name);
   const auto& a = detail::kOpsBackwardScalar;
-  const auto& b = detail::kOpsBackwardAvx512;
   std::mt19937 rng(77);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   auto rnd = [&](size_t n) {
@@ -586,6 +590,12 @@ TEST(OpsBackwardBackends, Avx512BuildMatchesScalarBuild) {
       same(m1, m2, "moe_route");
     }
   }
+}
+
+TEST(OpsBackwardBackends, VectorBuildsMatchScalarBuild) {
+  if (!cpu_features().avx2 && !cpu_features().avx512) GTEST_SKIP() << "no AVX2 or AVX-512 on this CPU";
+  if (cpu_features().avx2) expect_backward_build_matches_scalar(detail::kOpsBackwardAvx2, "avx2");
+  if (cpu_features().avx512) expect_backward_build_matches_scalar(detail::kOpsBackwardAvx512, "avx512");
 }
 
 }  // namespace

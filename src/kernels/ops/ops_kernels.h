@@ -47,6 +47,8 @@ struct OpsBackwardKernels {
 extern const OpsKernels kOpsScalar;
 extern const OpsBackwardKernels kOpsBackwardScalar;
 #if defined(__x86_64__)
+extern const OpsKernels kOpsAvx2;  // ops_avx2.cc
+extern const OpsBackwardKernels kOpsBackwardAvx2;
 extern const OpsKernels kOpsAvx512;
 extern const OpsBackwardKernels kOpsBackwardAvx512;
 // exp_f on 16 lanes (kernels/ops/math_avx512.h) over an array, for the tests.

@@ -157,6 +157,7 @@ TEST(Ops, SwigluIsSiluTimesUp) {
 // reach exp_f's limits, NaN and infinity.
 TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
   std::vector<const detail::OpsKernels*> tables = {&detail::kOpsScalar};
+  if (cpu_features().avx2) tables.push_back(&detail::kOpsAvx2);
   if (cpu_features().avx512) tables.push_back(&detail::kOpsAvx512);
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0, 1);
@@ -196,7 +197,7 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
         tab->attention_group(out.data(), q.data(), cs.T, cs.p0, k.data(), v.data(), stride, cs.heads, cs.kvh, cs.hd, g,
                              cs.scale);
       for (size_t i = 0; i < out.size(); ++i)
-        ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i])) << (tab == &detail::kOpsScalar ? "scalar" : "avx512") << " hd "
+        ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i])) << (tab == &detail::kOpsScalar ? "scalar" : tab == &detail::kOpsAvx2 ? "avx2" : "avx512") << " hd "
                                                       << cs.hd << " T " << cs.T << " p0 " << cs.p0 << " at " << i;
     }
   }
@@ -244,14 +245,10 @@ TEST(OpsBackends, Exp16EqualsExpF) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(f32_bits(y[i]), f32_bits(exp_f(x[i]))) << "x = " << x[i];
 }
 
-// The AVX-512 build of every op agrees bit for bit with the baseline build.
-TEST(OpsBackends, Avx512BuildMatchesScalarBuild) {
-  if (!cpu_features().avx512) {
-    std::printf("no AVX-512 on this CPU: only the scalar build runs\n");
-    return;
-  }
+// The AVX2 and AVX-512 builds of every op agree bit for bit with the baseline build.
+void expect_build_matches_scalar(const detail::OpsKernels& b, const char* name) {
+  SCOPED_TRACE(name);
   const auto& a = detail::kOpsScalar;
-  const auto& b = detail::kOpsAvx512;
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0, 2);
   auto rnd = [&](size_t n) {
@@ -295,6 +292,12 @@ TEST(OpsBackends, Avx512BuildMatchesScalarBuild) {
     b.attention(o2.data(), q.data(), k.data(), v.data(), npos, stride, heads, kvh, hd, 0.17f, sc.data());
     EXPECT_TRUE(same(o1, o2)) << "attention " << trial;
   }
+}
+
+TEST(OpsBackends, VectorBuildsMatchScalarBuild) {
+  if (cpu_features().avx2) expect_build_matches_scalar(detail::kOpsAvx2, "avx2");
+  if (cpu_features().avx512) expect_build_matches_scalar(detail::kOpsAvx512, "avx512");
+  if (!cpu_features().avx2 && !cpu_features().avx512) GTEST_SKIP() << "no AVX2 or AVX-512 on this CPU";
 }
 
 }  // namespace

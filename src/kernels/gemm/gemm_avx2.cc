@@ -1,0 +1,398 @@
+// AVX2 + FMA GEMM backend (Backend::Avx2): for CPUs without AVX-512. Every
+// output lane runs the contract's chain exactly as the scalar reference
+// (gemm_scalar.cc; gemm_test.cc checks it bit for bit on every engine):
+//   - BF16 and MX weights, the pair chain: x rounded to BF16 (RNE, DAZ) once
+//     per call, weights decoded exactly and made DAZ, then per pair two FMAs,
+//     odd element first, under MXCSR FTZ (so a result below FP32's normal
+//     range is a signed zero, as the contract's step says);
+//   - FP32 and FP8 weights: y = fma(x[k], w[k], y) for k in order, MXCSR untouched.
+// Per panel (32 columns) the weights of all of K are decoded once into an FP32
+// buffer, columns in order ([k][32], as the reference's panel_values), then
+// every 3-row tile of X runs its 3 x 32 chains over it in registers. MX E4M3 /
+// E5M2 codes of a fast panel decode in registers (the code shifted into the
+// FP32 fields, times the folded power-of-two scale: one exact product); other
+// panels (NaN or Inf codes, FP6/FP4 elements, FP8) take the reference decode.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/gemm/gemm.h"
+#include "numerics/formats.h"
+#include "numerics/mx.h"
+#include "util/target_avx2.h"
+
+namespace mxrl::detail {
+namespace {
+constexpr int kPanel = PackedWeight::kPanel;
+constexpr int kTileRows = 3;        // 3 x 4 accumulators, 3 broadcasts: the 16 registers
+constexpr int64_t kBlockRows = 96;  // rows per call handed to run(); a multiple of kTileRows
+
+// Per-thread buffers: the panel's decoded weights and the call's X rows (pair
+// chain: rounded to BF16, with one zero past K so an odd K's last pair is 0 * 0).
+struct Scratch {
+  std::vector<float> w, x;
+};
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+}  // namespace
+}  // namespace mxrl::detail
+
+MXRL_BEGIN_AVX2
+namespace mxrl::detail {
+namespace {
+
+// Signed zero for every lane whose exponent field is zero (DAZ on a BF16 or
+// FP32 value held as FP32 bits).
+inline __m256 daz8(__m256 v) {
+  const __m256i b = _mm256_castps_si256(v);
+  const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7F800000)), _mm256_setzero_si256());
+  return _mm256_castsi256_ps(
+      _mm256_blendv_epi8(b, _mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x80000000u))), sub));
+}
+
+// BF16 panel, k in [0, K): the pair at 2i, 2i+1 holds columns i and 16 + i,
+// so 8 32-bit lanes from pair 8q give columns 8q.. (low halves) and 16 + 8q.. (high).
+void decode_bf16(const PackedWeight& w, int64_t p, float* out) {
+  const auto* s = static_cast<const uint16_t*>(w.panel_data(p));
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t k = 0; k < w.k(); ++k)
+    for (int q = 0; q < 2; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k * kPanel + 16 * q));
+      _mm256_storeu_ps(out + k * kPanel + 8 * q, daz8(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))));
+      _mm256_storeu_ps(out + k * kPanel + 16 + 8 * q, daz8(_mm256_castsi256_ps(_mm256_and_si256(v, hi))));
+    }
+}
+
+// 8 codes (the low 8 bytes), sign-extended, shifted, masked, times their scales.
+inline __m256 code_values(__m128i bytes8, __m128i shift, __m256i magsign, __m256 s) {
+  const __m256i v = _mm256_and_si256(_mm256_sll_epi32(_mm256_cvtepi8_epi32(bytes8), shift), magsign);
+  return _mm256_mul_ps(_mm256_castsi256_ps(v), s);
+}
+
+// MX E4M3 / E5M2 codes of a fast panel (panel_fast: no NaN or Inf code, every
+// scale byte plus 127 - bias below 255). The code, sign-extended and shifted
+// left by 23 - mbits, masked to the sign and magnitude fields, is the value
+// times 2^-(127 - bias) (subnormal codes too); times 2^(s + 127 - bias - 127)
+// it is the value times the scale in one exact product (NaN for a NaN scale).
+// Under FTZ a product below FP32's normal range is a signed zero: the DAZ the
+// pair chain applies to it. Bytes 16q.. hold columns 8q.. (even bytes) and 16 + 8q.. (odd).
+void decode_mx_fast(const PackedWeight& w, int64_t p, float* out) {
+  const ElemTraits& f = elem_traits(w.elem());
+  const int sh = 23 - f.mbits, fold = 127 - f.bias;
+  const __m256i magsign = _mm256_set1_epi32(static_cast<int>(0x80000000u | (0x7Fu << sh)));
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const auto* codes = static_cast<const uint8_t*>(w.panel_data(p));
+  const uint8_t* sc = w.panel_mx_scales(p);
+  const __m128i shift = _mm_cvtsi32_si128(sh);
+  alignas(32) float scale[kPanel];
+  for (int64_t g = 0; g < w.k() / kMxBlock; ++g) {
+    for (int j = 0; j < kPanel; ++j) {
+      const int s = sc[g * kPanel + j];
+      scale[j] = s == 0xFF ? f32_from_bits(kGemmNan) : f32_from_bits(static_cast<uint32_t>(s + fold) << 23);
+    }
+    const __m256 s0 = _mm256_load_ps(scale), s1 = _mm256_load_ps(scale + 8), s2 = _mm256_load_ps(scale + 16),
+                 s3 = _mm256_load_ps(scale + 24);
+    for (int64_t k = g * kMxBlock; k < (g + 1) * kMxBlock; ++k) {
+      const uint8_t* c = codes + k * kPanel;
+      float* o = out + k * kPanel;
+      const __m128i a = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)), split);
+      const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16)), split);
+      _mm256_storeu_ps(o, code_values(a, shift, magsign, s0));
+      _mm256_storeu_ps(o + 8, code_values(b, shift, magsign, s1));
+      _mm256_storeu_ps(o + 16, code_values(_mm_srli_si128(a, 8), shift, magsign, s2));
+      _mm256_storeu_ps(o + 24, code_values(_mm_srli_si128(b, 8), shift, magsign, s3));
+    }
+  }
+}
+
+// acc[r][0..3] = fma(x[r][k], w[k][0..31], acc[r][0..3]) for every row r.
+template <int R>
+inline void step(__m256 (&acc)[R][4], const float* const* xr, const float* wp, int64_t k) {
+  __m256 xb[R];
+  for (int r = 0; r < R; ++r) xb[r] = _mm256_broadcast_ss(xr[r] + k);
+  for (int q = 0; q < 4; ++q) {
+    const __m256 wq = _mm256_loadu_ps(wp + k * kPanel + 8 * q);
+    for (int r = 0; r < R; ++r) acc[r][q] = _mm256_fmadd_ps(xb[r], wq, acc[r][q]);
+  }
+}
+
+// Rows [0, R) of a tile: y[r][0..cols) = the chain over K of xr[r] and the
+// panel's FP32 weights wp ([K(+1)][32]). Pairs: xr holds K + 1 values and
+// wp K + 1 rows (the last zeros when K is odd).
+template <int R, bool Pairs>
+void tile(const float* const* xr, const float* wp, int64_t K, float* const* yr, int cols) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_ps();
+  if constexpr (Pairs) {
+    for (int64_t k = 0; k < K; k += 2) {  // odd element first
+      step<R>(acc, xr, wp, k + 1);
+      step<R>(acc, xr, wp, k);
+    }
+  } else {
+    for (int64_t k = 0; k < K; ++k) step<R>(acc, xr, wp, k);
+  }
+  alignas(32) float out[kPanel];
+  const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kGemmNan)));
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < 4; ++q)
+      _mm256_store_ps(out + 8 * q, _mm256_blendv_ps(acc[r][q], nan, _mm256_cmp_ps(acc[r][q], acc[r][q], _CMP_UNORD_Q)));
+    std::memcpy(yr[r], out, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Direct path (1 or 2 rows, decode-bound: M = 1 sampling): BF16 and fast MX
+// panels decoded on the fly into registers, R rows x NP panels of chains in
+// flight, no buffer. BF16 lanes come out in column groups (0-7, 16-23, 8-15,
+// 24-31 for the four vectors); MX lanes in the packed byte order (lane l of
+// vector v is byte 8v + l: column (8v + l) / 2, plus 16 when odd), so the
+// scales are loaded in that order and the outputs stored through it.
+constexpr int kDirectRows = 2;
+
+inline int mx_lane_col(int pos) { return pos % 2 == 0 ? pos / 2 : 16 + pos / 2; }
+
+template <int Sh>
+struct DirectPanel {
+  const uint8_t* base;       // panel elements
+  const uint8_t* scales;     // MX: E8M0 bytes [k/32][32]
+  alignas(32) float sc[32];  // MX: the current group's folded scales, packed lane order
+};
+
+// Weights w[k][..] of one panel as 4 vectors (see above).
+template <int Sh>
+inline void direct_w(const DirectPanel<Sh>& d, int64_t k, __m256i magsign, __m256 (&w)[4]) {
+  if constexpr (Sh != 0) {
+    const uint8_t* c = d.base + k * kPanel;
+    for (int v = 0; v < 4; ++v) {
+      const __m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * v)));
+      w[v] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, Sh), magsign)),
+                           _mm256_load_ps(d.sc + 8 * v));
+    }
+  } else {
+    const auto* s = reinterpret_cast<const uint16_t*>(d.base) + k * kPanel;
+    const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int q = 0; q < 2; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16 * q));
+      w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      w[2 * q + 1] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+    }
+  }
+}
+
+// The group's 32 scales (E8M0, columns in order) as FP32 2^(s + fold - 127)
+// (NaN for 0xFF) in the packed lane order: interleaved as the codes are.
+inline void load_lane_scales(const uint8_t* s, int fold, float* out) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+  const __m128i a = _mm_unpacklo_epi8(lo, hi), b = _mm_unpackhi_epi8(lo, hi);  // positions 0-15, 16-31
+  const __m128i bytes[4] = {a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8)};
+  const __m256i f = _mm256_set1_epi32(fold), ff = _mm256_set1_epi32(0xFF);
+  const __m256i nan = _mm256_set1_epi32(static_cast<int>(kGemmNan));
+  for (int v = 0; v < 4; ++v) {
+    const __m256i e = _mm256_cvtepu8_epi32(bytes[v]);
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(e, f), 23);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * v),
+                       _mm256_blendv_epi8(bits, nan, _mm256_cmpeq_epi32(e, ff)));
+  }
+}
+
+template <int R, int NP, int Sh>
+inline void direct_step(__m256 (&acc)[R][NP][4], const float* const* xr, const DirectPanel<Sh>* d, int64_t k,
+                        __m256i magsign) {
+  for (int q = 0; q < NP; ++q) {
+    __m256 w[4];
+    direct_w<Sh>(d[q], k, magsign, w);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(xr[r] + k);
+      for (int v = 0; v < 4; ++v) acc[r][q][v] = _mm256_fmadd_ps(xb, w[v], acc[r][q][v]);
+    }
+  }
+}
+
+// Rows xr[0..R) (BF16-rounded, K + 1 values) x panels p .. p + NP - 1 of a
+// BF16 or fast-MX weight: the pair chain, outputs to yr[r] + q * 32.
+template <int R, int NP, int Sh>
+void direct(const float* const* xr, const PackedWeight& w, int64_t p, float* const* yr) {
+  constexpr bool Mx = Sh != 0;
+  const int64_t K = w.k(), N = w.n();
+  const int fold = Mx ? 127 - elem_traits(w.elem()).bias : 0;
+  const __m256i magsign = _mm256_set1_epi32(static_cast<int>(0x80000000u | (0x7Fu << Sh)));
+  DirectPanel<Sh> d[NP];
+  for (int q = 0; q < NP; ++q) {
+    d[q].base = static_cast<const uint8_t*>(w.panel_data(p + q));
+    if constexpr (Mx) d[q].scales = w.panel_mx_scales(p + q);
+  }
+  __m256 acc[R][NP][4];
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < NP; ++q)
+      for (int v = 0; v < 4; ++v) acc[r][q][v] = _mm256_setzero_ps();
+  const int64_t K2 = K / 2 * 2;
+  const int64_t gk = Mx ? kMxBlock : K2;  // MX: one scale group at a time (K is a multiple of 32)
+  for (int64_t g0 = 0; g0 < K2; g0 += gk) {
+    if constexpr (Mx)
+      for (int q = 0; q < NP; ++q) load_lane_scales(d[q].scales + (g0 / kMxBlock) * kPanel, fold, d[q].sc);
+    for (int64_t k = g0; k < g0 + gk; k += 2) {  // odd element first
+      direct_step<R, NP, Sh>(acc, xr, d, k + 1, magsign);
+      direct_step<R, NP, Sh>(acc, xr, d, k, magsign);
+    }
+  }
+  if (K2 < K) {  // odd K (BF16): the last pair is (0 * 0, x * w)
+    for (int r = 0; r < R; ++r)
+      for (int q = 0; q < NP; ++q)
+        for (int v = 0; v < 4; ++v)
+          acc[r][q][v] = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc[r][q][v]);
+    direct_step<R, NP, Sh>(acc, xr, d, K2, magsign);
+  }
+  const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kGemmNan)));
+  alignas(32) float out[kPanel];
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < NP; ++q) {
+      for (int v = 0; v < 4; ++v)
+        _mm256_store_ps(out + 8 * v,
+                        _mm256_blendv_ps(acc[r][q][v], nan, _mm256_cmp_ps(acc[r][q][v], acc[r][q][v], _CMP_UNORD_Q)));
+      float* y = yr[r] + q * kPanel;
+      const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - (p + q) * kPanel));
+      for (int l = 0; l < kPanel; ++l) {
+        // BF16: vector v = 2q' + h holds columns 8q' + 16h + (l % 8).
+        const int col = Mx ? mx_lane_col(l) : (l / 16) * 8 + ((l / 8) % 2) * 16 + l % 8;
+        if (col < cols) y[col] = out[l];
+      }
+    }
+}
+
+// Rows [0, rows <= kDirectRows) x panels [p0, p1) on the direct path, for
+// the panels it decodes (BF16, fast MX E4M3 / E5M2); false for the others.
+bool direct_panel(const PackedWeight& w, int64_t p) {
+  if (w.format() == WFormat::BF16) return true;
+  return w.format() == WFormat::MX && (w.elem() == ElemType::E4M3 || w.elem() == ElemType::E5M2) && w.panel_fast(p);
+}
+
+template <int Sh>
+void run_direct_t(const float* const* xr, const PackedWeight& w, float* y, int64_t rows, int64_t p0, int64_t p1) {
+  const int64_t N = w.n();
+  for (int64_t p = p0; p < p1;) {
+    float* yr[kDirectRows];
+    for (int r = 0; r < rows; ++r) yr[r] = y + r * N + p * kPanel;
+    if (rows == 1 && p + 1 < p1) {
+      direct<1, 2, Sh>(xr, w, p, yr);
+      p += 2;
+    } else {
+      if (rows == 1)
+        direct<1, 1, Sh>(xr, w, p, yr);
+      else
+        direct<2, 1, Sh>(xr, w, p, yr);
+      p += 1;
+    }
+  }
+}
+
+// Rows [0, rows) x panels [p0, p1), every one direct_panel.
+void run_direct(const float* xb, int64_t xs, const PackedWeight& w, float* y, int64_t rows, int64_t p0, int64_t p1) {
+  const float* xr[kDirectRows];
+  for (int r = 0; r < rows; ++r) xr[r] = xb + r * xs;
+  if (w.format() == WFormat::BF16) return run_direct_t<0>(xr, w, y, rows, p0, p1);
+  if (w.elem() == ElemType::E4M3) return run_direct_t<20>(xr, w, y, rows, p0, p1);
+  return run_direct_t<21>(xr, w, y, rows, p0, p1);
+}
+
+template <bool Pairs>
+void run_rows(const float* x, int64_t xs, const float* wp, int64_t K, float* y, int64_t N, int64_t rows, int cols) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int R = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
+    const float* xr[kTileRows];
+    float* yr[kTileRows];
+    for (int r = 0; r < R; ++r) xr[r] = x + (r0 + r) * xs, yr[r] = y + (r0 + r) * N;
+    switch (R) {
+      case 3: tile<3, Pairs>(xr, wp, K, yr, cols); break;
+      case 2: tile<2, Pairs>(xr, wp, K, yr, cols); break;
+      default: tile<1, Pairs>(xr, wp, K, yr, cols); break;
+    }
+  }
+}
+
+// Panel p through the FP32 buffer (every format; any number of rows).
+void run_buffered(const float* xp, int64_t xs, const PackedWeight& w, float* y, int64_t m0, int64_t rows, int64_t p,
+                  bool pairs, Scratch& s) {
+  const int64_t N = w.n(), K = w.k();
+  const float* wp;
+  if (w.format() == WFormat::F32) {
+    wp = static_cast<const float*>(w.panel_data(p));
+  } else {
+    s.w.resize(static_cast<size_t>((K + 1) * kPanel));
+    if (w.format() == WFormat::BF16) {
+      decode_bf16(w, p, s.w.data());
+    } else if (w.format() == WFormat::MX && w.panel_fast(p)) {
+      decode_mx_fast(w, p, s.w.data());
+    } else {  // the reference decode (resizes to K rows), DAZ for the pair chain
+      panel_values(w, p, s.w);
+      if (pairs)
+        for (float& v : s.w) v = bf16_dot_daz(v);
+      s.w.resize(static_cast<size_t>((K + 1) * kPanel));
+    }
+    std::fill(s.w.begin() + K * kPanel, s.w.end(), 0.0f);  // the odd K's 0 * 0
+    wp = s.w.data();
+  }
+  const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - p * kPanel));
+  float* yp = y + m0 * N + p * kPanel;
+  if (pairs)
+    run_rows<true>(xp, xs, wp, K, yp, N, rows, cols);
+  else
+    run_rows<false>(xp, xs, wp, K, yp, N, rows, cols);
+}
+
+void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int64_t N = w.n(), K = w.k(), rows = m1 - m0;
+  const bool pairs = pair_contract(w.format());
+  Scratch& s = scratch();
+  // The pair chain under MXCSR FTZ, and for BF16 weights DAZ too (the direct
+  // path's DAZ on their subnormals; X and the sums are never subnormal). MX
+  // weights keep DAZ off: their decode multiplies subnormal FP32 bit patterns.
+  // FP32 and FP8 chains keep MXCSR as it is. (Set after X is rounded.)
+  const float* xp = x + m0 * K;
+  int64_t xs = K;
+  if (pairs) {  // X rows to BF16 values, once per call
+    xs = K + 1;
+    s.x.resize(static_cast<size_t>(rows * xs));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < K; ++k) s.x[r * xs + k] = bf16_dot_round(xp[r * K + k]);
+      s.x[r * xs + K] = 0.0f;
+    }
+    xp = s.x.data();
+  }
+  struct Mxcsr {
+    unsigned csr = _mm_getcsr();
+    explicit Mxcsr(unsigned set) { _mm_setcsr(csr | set); }
+    ~Mxcsr() { _mm_setcsr(csr); }
+  } mxcsr(!pairs ? 0u : w.format() == WFormat::BF16 ? 0x8040u : 0x8000u);
+  if (pairs && rows <= kDirectRows) {
+    // Runs of panels the direct path decodes; the others one by one below.
+    for (int64_t p = p0; p < p1;) {
+      int64_t e = p;
+      while (e < p1 && direct_panel(w, e)) ++e;
+      if (e > p) {
+        run_direct(xp, xs, w, y + m0 * N, rows, p, e);
+        p = e;
+      } else {
+        run_buffered(xp, xs, w, y, m0, rows, p, pairs, s);
+        ++p;
+      }
+    }
+    return;
+  }
+  for (int64_t p = p0; p < p1; ++p) run_buffered(xp, xs, w, y, m0, rows, p, pairs, s);
+}
+
+}  // namespace
+
+const GemmKernels kGemmAvx2 = {run, kBlockRows, kTileRows};
+
+}  // namespace mxrl::detail
+MXRL_END_AVX2
+#endif  // __x86_64__
