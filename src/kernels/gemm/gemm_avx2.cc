@@ -30,6 +30,7 @@ namespace {
 constexpr int kPanel = PackedWeight::kPanel;
 constexpr int kTileRows = 3;        // 3 x 4 accumulators, 3 broadcasts: the 16 registers
 constexpr int64_t kBlockRows = 96;  // rows per call handed to run(); a multiple of kTileRows
+constexpr int64_t kKc = 128;        // K per block of the buffered path: 16 KiB of FP32 weights, in L1
 
 // Per-thread buffers: the panel's decoded weights and the call's X rows (pair
 // chain: rounded to BF16, with one zero past K so an odd K's last pair is 0 * 0).
@@ -58,14 +59,16 @@ inline __m256 daz8(__m256 v) {
 
 // BF16 panel, k in [0, K): the pair at 2i, 2i+1 holds columns i and 16 + i,
 // so 8 32-bit lanes from pair 8q give columns 8q.. (low halves) and 16 + 8q.. (high).
-void decode_bf16(const PackedWeight& w, int64_t p, float* out) {
+// Rows [k0, k1) into out[(k - k0) * 32 ..].
+void decode_bf16(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, float* out) {
   const auto* s = static_cast<const uint16_t*>(w.panel_data(p));
   const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  for (int64_t k = 0; k < w.k(); ++k)
+  for (int64_t k = k0; k < k1; ++k)
     for (int q = 0; q < 2; ++q) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k * kPanel + 16 * q));
-      _mm256_storeu_ps(out + k * kPanel + 8 * q, daz8(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))));
-      _mm256_storeu_ps(out + k * kPanel + 16 + 8 * q, daz8(_mm256_castsi256_ps(_mm256_and_si256(v, hi))));
+      float* o = out + (k - k0) * kPanel;
+      _mm256_storeu_ps(o + 8 * q, daz8(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))));
+      _mm256_storeu_ps(o + 16 + 8 * q, daz8(_mm256_castsi256_ps(_mm256_and_si256(v, hi))));
     }
 }
 
@@ -82,7 +85,8 @@ inline __m256 code_values(__m128i bytes8, __m128i shift, __m256i magsign, __m256
 // it is the value times the scale in one exact product (NaN for a NaN scale).
 // Under FTZ a product below FP32's normal range is a signed zero: the DAZ the
 // pair chain applies to it. Bytes 16q.. hold columns 8q.. (even bytes) and 16 + 8q.. (odd).
-void decode_mx_fast(const PackedWeight& w, int64_t p, float* out) {
+// Rows [k0, k1) (multiples of 32) into out[(k - k0) * 32 ..].
+void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, float* out) {
   const ElemTraits& f = elem_traits(w.elem());
   const int sh = 23 - f.mbits, fold = 127 - f.bias;
   const __m256i magsign = _mm256_set1_epi32(static_cast<int>(0x80000000u | (0x7Fu << sh)));
@@ -91,7 +95,7 @@ void decode_mx_fast(const PackedWeight& w, int64_t p, float* out) {
   const uint8_t* sc = w.panel_mx_scales(p);
   const __m128i shift = _mm_cvtsi32_si128(sh);
   alignas(32) float scale[kPanel];
-  for (int64_t g = 0; g < w.k() / kMxBlock; ++g) {
+  for (int64_t g = k0 / kMxBlock; g < k1 / kMxBlock; ++g) {
     for (int j = 0; j < kPanel; ++j) {
       const int s = sc[g * kPanel + j];
       scale[j] = s == 0xFF ? f32_from_bits(kGemmNan) : f32_from_bits(static_cast<uint32_t>(s + fold) << 23);
@@ -100,7 +104,7 @@ void decode_mx_fast(const PackedWeight& w, int64_t p, float* out) {
                  s3 = _mm256_load_ps(scale + 24);
     for (int64_t k = g * kMxBlock; k < (g + 1) * kMxBlock; ++k) {
       const uint8_t* c = codes + k * kPanel;
-      float* o = out + k * kPanel;
+      float* o = out + (k - k0) * kPanel;
       const __m128i a = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)), split);
       const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16)), split);
       _mm256_storeu_ps(o, code_values(a, shift, magsign, s0));
@@ -122,27 +126,35 @@ inline void step(__m256 (&acc)[R][4], const float* const* xr, const float* wp, i
   }
 }
 
-// Rows [0, R) of a tile: y[r][0..cols) = the chain over K of xr[r] and the
-// panel's FP32 weights wp ([K(+1)][32]). Pairs: xr holds K + 1 values and
-// wp K + 1 rows (the last zeros when K is odd).
+// Rows [0, R) of a tile, K block [k0, k1): y[r][0..cols) continues the chain
+// over K of xr[r] and the panel's FP32 weights from the partial sums the
+// previous block left there (first: from zero), the canonical NaN on the last
+// block. wp holds rows k0.. ([k1 - k0 (+1)][32]); pairs: k0 is even, and an
+// odd K's last pair reads xr[r][K] and wp's row K - k0, both zero.
 template <int R, bool Pairs>
-void tile(const float* const* xr, const float* wp, int64_t K, float* const* yr, int cols) {
+void tile(const float* const* xr, const float* wp, int64_t k0, int64_t k1, float* const* yr, int cols, bool first,
+          bool last) {
   __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_ps();
+  alignas(32) float out[kPanel] = {};
+  for (int r = 0; r < R; ++r) {
+    if (!first) std::memcpy(out, yr[r], static_cast<size_t>(cols) * sizeof(float));
+    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_load_ps(out + 8 * q);
+  }
+  wp -= k0 * kPanel;
   if constexpr (Pairs) {
-    for (int64_t k = 0; k < K; k += 2) {  // odd element first
+    for (int64_t k = k0; k < k1; k += 2) {  // odd element first
       step<R>(acc, xr, wp, k + 1);
       step<R>(acc, xr, wp, k);
     }
   } else {
-    for (int64_t k = 0; k < K; ++k) step<R>(acc, xr, wp, k);
+    for (int64_t k = k0; k < k1; ++k) step<R>(acc, xr, wp, k);
   }
-  alignas(32) float out[kPanel];
   const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kGemmNan)));
   for (int r = 0; r < R; ++r) {
     for (int q = 0; q < 4; ++q)
-      _mm256_store_ps(out + 8 * q, _mm256_blendv_ps(acc[r][q], nan, _mm256_cmp_ps(acc[r][q], acc[r][q], _CMP_UNORD_Q)));
+      _mm256_store_ps(
+          out + 8 * q,
+          last ? _mm256_blendv_ps(acc[r][q], nan, _mm256_cmp_ps(acc[r][q], acc[r][q], _CMP_UNORD_Q)) : acc[r][q]);
     std::memcpy(yr[r], out, static_cast<size_t>(cols) * sizeof(float));
   }
 }
@@ -303,48 +315,67 @@ void run_direct(const float* xb, int64_t xs, const PackedWeight& w, float* y, in
 }
 
 template <bool Pairs>
-void run_rows(const float* x, int64_t xs, const float* wp, int64_t K, float* y, int64_t N, int64_t rows, int cols) {
+void run_rows(const float* x, int64_t xs, const float* wp, int64_t k0, int64_t k1, float* y, int64_t N, int64_t rows,
+              int cols, bool first, bool last) {
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int R = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     const float* xr[kTileRows];
     float* yr[kTileRows];
     for (int r = 0; r < R; ++r) xr[r] = x + (r0 + r) * xs, yr[r] = y + (r0 + r) * N;
     switch (R) {
-      case 3: tile<3, Pairs>(xr, wp, K, yr, cols); break;
-      case 2: tile<2, Pairs>(xr, wp, K, yr, cols); break;
-      default: tile<1, Pairs>(xr, wp, K, yr, cols); break;
+      case 3: tile<3, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
+      case 2: tile<2, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
+      default: tile<1, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
     }
   }
 }
 
-// Panel p through the FP32 buffer (every format; any number of rows).
+// Panel p through an FP32 buffer (every format; any number of rows), in K
+// blocks of kKc whose decoded weights stay in L1 while every row tile runs
+// over them; each block continues the exact partial sums the previous one
+// left in Y, so the chain over K is unchanged. Panels the vector decode does
+// not cover (NaN or Inf codes, FP6 / FP4 elements, FP8) are decoded whole by
+// the reference's panel_values, as one block.
 void run_buffered(const float* xp, int64_t xs, const PackedWeight& w, float* y, int64_t m0, int64_t rows, int64_t p,
                   bool pairs, Scratch& s) {
   const int64_t N = w.n(), K = w.k();
-  const float* wp;
-  if (w.format() == WFormat::F32) {
-    wp = static_cast<const float*>(w.panel_data(p));
-  } else {
-    s.w.resize(static_cast<size_t>((K + 1) * kPanel));
-    if (w.format() == WFormat::BF16) {
-      decode_bf16(w, p, s.w.data());
-    } else if (w.format() == WFormat::MX && w.panel_fast(p)) {
-      decode_mx_fast(w, p, s.w.data());
-    } else {  // the reference decode (resizes to K rows), DAZ for the pair chain
-      panel_values(w, p, s.w);
-      if (pairs)
-        for (float& v : s.w) v = bf16_dot_daz(v);
-      s.w.resize(static_cast<size_t>((K + 1) * kPanel));
-    }
-    std::fill(s.w.begin() + K * kPanel, s.w.end(), 0.0f);  // the odd K's 0 * 0
-    wp = s.w.data();
-  }
   const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - p * kPanel));
   float* yp = y + m0 * N + p * kPanel;
-  if (pairs)
-    run_rows<true>(xp, xs, wp, K, yp, N, rows, cols);
-  else
-    run_rows<false>(xp, xs, wp, K, yp, N, rows, cols);
+  const bool f32 = w.format() == WFormat::F32, bf16 = w.format() == WFormat::BF16;
+  const bool fast = bf16 || (w.format() == WFormat::MX && w.panel_fast(p) &&
+                             (w.elem() == ElemType::E4M3 || w.elem() == ElemType::E5M2));
+  if (!f32 && !fast) {  // the reference decode (resizes to K rows), DAZ for the pair chain
+    panel_values(w, p, s.w);
+    if (pairs)
+      for (float& v : s.w) v = bf16_dot_daz(v);
+    s.w.resize(static_cast<size_t>((K + 1) * kPanel), 0.0f);
+    std::fill(s.w.begin() + K * kPanel, s.w.end(), 0.0f);  // the odd K's 0 * 0
+    if (pairs)
+      run_rows<true>(xp, xs, s.w.data(), 0, K, yp, N, rows, cols, true, true);
+    else
+      run_rows<false>(xp, xs, s.w.data(), 0, K, yp, N, rows, cols, true, true);
+    return;
+  }
+  s.w.resize(static_cast<size_t>((kKc + 1) * kPanel));
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t k1 = std::min(K, k0 + kKc);
+    const float* wp;
+    if (f32) {
+      wp = static_cast<const float*>(w.panel_data(p)) + k0 * kPanel;
+    } else {
+      if (bf16)
+        decode_bf16(w, p, k0, k1, s.w.data());
+      else
+        decode_mx_fast(w, p, k0, k1, s.w.data());
+      // An odd K's 0 * 0: the row after the last (BF16 only; MX K is a multiple of 32).
+      std::fill(s.w.begin() + (k1 - k0) * kPanel, s.w.begin() + (k1 - k0 + 1) * kPanel, 0.0f);
+      wp = s.w.data();
+    }
+    if (pairs)
+      run_rows<true>(xp, xs, wp, k0, k1, yp, N, rows, cols, k0 == 0, k1 == K);
+    else
+      run_rows<false>(xp, xs, wp, k0, k1, yp, N, rows, cols, k0 == 0, k1 == K);
+  }
 }
 
 void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
