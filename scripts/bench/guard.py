@@ -11,6 +11,8 @@ same run, so they travel better across a noisy machine):
   decode read-fraction P b=B decode bytes/s over the read bandwidth measured
                              in the same run (plan P, batch B)
   gemm P/onednn-bf16 M=M     mxrl GFLOP/s with P weights over oneDNN's BF16 matmul
+                             (absent without AVX-512: oneDNN has none there)
+  gemm P/onednn-f32 M=M      the same over oneDNN's FP32 matmul
   gemm mxfp8/bf16 M=M        mxrl's MXFP8 GEMM over its BF16 one
 
 and compares them with the last recorded ones (scripts/bench/guard-baseline.json:
@@ -60,8 +62,12 @@ def gemm_ratios(j):
     r = {}
     for x in j["results"]:
         m, g = x["m"], x["gflops"]
-        r[f"gemm bf16/onednn-bf16 M={m}"] = g["mxrl_bf16"] / g["onednn_bf16"]
-        r[f"gemm mxfp8/onednn-bf16 M={m}"] = g["mxrl_mxfp8"] / g["onednn_bf16"]
+        # oneDNN has no BF16 matmul without AVX-512 (null there): its FP32 one is always a baseline.
+        for base in ("onednn_bf16", "onednn_f32"):
+            if g.get(base) is not None:
+                name = base.replace("_", "-")
+                r[f"gemm bf16/{name} M={m}"] = g["mxrl_bf16"] / g[base]
+                r[f"gemm mxfp8/{name} M={m}"] = g["mxrl_mxfp8"] / g[base]
         r[f"gemm mxfp8/bf16 M={m}"] = g["mxrl_mxfp8"] / g["mxrl_bf16"]
     return r
 
@@ -139,7 +145,9 @@ def main():
     if a.record:
         rec = {"note": a.note} if a.note else {}
         rec.update(now)
-        a.baseline.write_text(json.dumps(rec, indent=1) + "\n")
+        tmp = a.baseline.with_name(a.baseline.name + ".tmp")  # whole or not at all
+        tmp.write_text(json.dumps(rec, indent=1) + "\n")
+        tmp.replace(a.baseline)
         print(f"recorded {a.baseline}")
     sys.exit(1 if a.strict and fell else 0)
 

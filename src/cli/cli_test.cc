@@ -243,10 +243,18 @@ void expect_provenance(const nlohmann::json& j, bool gemm) {
   EXPECT_TRUE(std::regex_match(p["commit"].get<std::string>(), std::regex("[0-9a-f]{7,40}(-dirty)?|unknown")))
       << p["commit"];
   EXPECT_FALSE(p["cpu"].get<std::string>().empty());
+  EXPECT_EQ(p["isa"]["avx2"], cpu_features().avx2);
   EXPECT_EQ(p["isa"]["avx512"], cpu_features().avx512);
   EXPECT_EQ(p["isa"]["avx512_bf16"], cpu_features().avx512_bf16);
+  EXPECT_EQ(p["isa"]["avx512_vbmi"], cpu_features().avx512_vbmi);
   EXPECT_TRUE(p["isa"]["amx"].is_boolean());
-  EXPECT_EQ(p["kernels"]["backend"], cpu_features().avx512 ? "avx512" : "scalar");
+  // MXRL_BACKEND in the test's environment caps it; without: the CPU's best.
+  const char* env = std::getenv("MXRL_BACKEND");
+  const std::string want = env && std::string(env) == "scalar" ? "scalar"
+                           : cpu_features().avx512 && !(env && std::string(env) == "avx2")
+                               ? "avx512"
+                               : cpu_features().avx2 ? "avx2" : "scalar";
+  EXPECT_EQ(p["kernels"]["backend"], want);
   EXPECT_EQ(p["kernels"].contains("pair_kernel"), gemm);
 }
 

@@ -696,9 +696,18 @@ void gemm(const float* x, int64_t m, const PackedWeight& w, float* y, const Exec
   nmb = ceil_div(m, mc);
   // Work item: (row block, panel). Each thread gets a contiguous run of items,
   // cut into calls that each cover one row block and a run of panels.
-  // At least ~2 MFLOP per thread (10-40 us): waking a worker costs 5 us or more.
+  // At least ~2 MFLOP per thread (10-40 us): waking a worker costs 5 us or
+  // more. But few rows make a GEMM a stream of weights (M = 1 decoding: 2
+  // MFLOP is 2 MiB of BF16 weights, a whole 1024 x 1024 layer on one thread):
+  // then chunks of at least 256 KiB of packed weights, at least 4 per thread
+  // where the weight allows. Any split gives the same bits (no split-K).
   const int64_t item_flops = 2 * std::min(m, mc) * kPanel * K;
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 21) / item_flops);
+  int64_t grain = std::max<int64_t>(1, (int64_t(1) << 21) / item_flops);
+  if (m <= 8) {
+    const int64_t item_bytes = std::max<int64_t>(1, static_cast<int64_t>(w.bytes()) / P);
+    grain = std::max<int64_t>(std::max<int64_t>(1, (int64_t(256) << 10) / item_bytes),
+                              std::min(grain, ceil_div(nmb * P, 4 * threads)));
+  }
   parallel_for(
       exec.pool, nmb * P,
       [&](int64_t b, int64_t e) {
