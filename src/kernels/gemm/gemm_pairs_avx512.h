@@ -21,7 +21,6 @@ namespace mxrl::detail {
 namespace {
 
 constexpr int64_t kXs2 = kKc / 2 + 8;  // uint32 pairs per packed X row (padded stride)
-constexpr int64_t kGroupBytes = 256 << 10;  // blocked path: Y partial sums per panel group
 
 // Lanes j of `even` and `odd` (FP32, exact in BF16) as pairs: bf16(even) low, bf16(odd) high.
 inline __m512i make_pairs(__m512 even, __m512 odd) {
@@ -390,49 +389,34 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
   const int64_t tiles = (rows + kMr - 1) / kMr;
   uint32_t* xp = scratch.x.get(static_cast<size_t>(tiles * kMr * kXs2));
   uint32_t* const wb = scratch.wb.data();
-  // Panels in groups whose partial sums (rows x 32 FP32 per panel) stay in L2
-  // between K blocks: with every panel of a wide weight in one sweep per K
-  // block (the LM head: 151936 columns), each block reloaded them from memory.
-  // Per output the K blocks still run in order, each continuing the exact
-  // partial sum the previous one left in Y: the same chain.
-  const int64_t group = std::max<int64_t>(1, kGroupBytes / (rows * kPanel * int64_t(sizeof(float))));
-  for (int64_t g0 = p0; g0 < p1; g0 += group) {
-    const int64_t g1 = std::min(p1, g0 + group);
-    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-      const int64_t k1 = std::min(K, k0 + kKc), kc = k1 - k0, kp = (kc + 1) / 2;
-      for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K + k0, kc, xp + r * kXs2);
-      for (int64_t p = g0; p < g1; ++p) {
-        switch (panel_src<S>(w, p)) {
-          case Src::Generic: decode_panel_pairs<Src::Generic>(w, p, k0, k1, wb, c); break;
-          case Src::Fast20:
-            if constexpr (S == Src::Lut8) {
-              decode_panel_pairs<Src::Fast20>(w, p, k0, k1, wb, c);
-              break;
-            }
-            [[fallthrough]];
-          default:
-            if constexpr (S == Src::Lut8)
-              decode_panel_pairs_lut(w, p, k0, k1, wb);
-            else
-              decode_panel_pairs<S>(w, p, k0, k1, wb, c);
-        }
-        const int64_t cols = N - p * kPanel;
-        const __mmask16 mk0 = lane_mask(cols), mk1 = lane_mask(cols - 16);
-        // The slice decoded next: the next panel of the group, else the group's
-        // first in the next K block, else the next group's first.
-        const int64_t np = p + 1 < g1 ? p + 1 : k1 < K ? g0 : g1 < p1 ? g1 : -1;
-        const int64_t nk = p + 1 < g1 ? k0 : k1 < K ? k1 : 0;
-        const int64_t nkc = std::min(K, nk + kKc) - nk;
-        const char* next = np >= 0 ? static_cast<const char*>(w.panel_data(np)) + nk * kPanel * esize : nullptr;
-        const int64_t lines = nkc * kPanel * esize / 64, per_tile = (lines + tiles - 1) / tiles;
-        for (int64_t t = 0; t < tiles; ++t) {
-          const int r = static_cast<int>(std::min<int64_t>(kMr, rows - t * kMr));
-          if (next)
-            for (int64_t l = t * per_tile; l < std::min(lines, (t + 1) * per_tile); ++l)
-              _mm_prefetch(next + l * 64, _MM_HINT_T1);
-          kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1, k0 == 0,
-                         k1 == K);
-        }
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t k1 = std::min(K, k0 + kKc), kc = k1 - k0, kp = (kc + 1) / 2;
+    for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K + k0, kc, xp + r * kXs2);
+    for (int64_t p = p0; p < p1; ++p) {
+      switch (panel_src<S>(w, p)) {
+        case Src::Generic: decode_panel_pairs<Src::Generic>(w, p, k0, k1, wb, c); break;
+        case Src::Fast20:
+          if constexpr (S == Src::Lut8) {
+            decode_panel_pairs<Src::Fast20>(w, p, k0, k1, wb, c);
+            break;
+          }
+          [[fallthrough]];
+        default:
+          if constexpr (S == Src::Lut8)
+            decode_panel_pairs_lut(w, p, k0, k1, wb);
+          else
+            decode_panel_pairs<S>(w, p, k0, k1, wb, c);
+      }
+      const int64_t cols = N - p * kPanel;
+      const __mmask16 mk0 = lane_mask(cols), mk1 = lane_mask(cols - 16);
+      const char* next = p + 1 < p1 ? static_cast<const char*>(w.panel_data(p + 1)) + k0 * kPanel * esize : nullptr;
+      const int64_t lines = kc * kPanel * esize / 64, per_tile = (lines + tiles - 1) / tiles;
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int r = static_cast<int>(std::min<int64_t>(kMr, rows - t * kMr));
+        if (next)
+          for (int64_t l = t * per_tile; l < std::min(lines, (t + 1) * per_tile); ++l)
+            _mm_prefetch(next + l * 64, _MM_HINT_T1);
+        kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1, k0 == 0, k1 == K);
       }
     }
   }

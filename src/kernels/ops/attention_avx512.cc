@@ -71,12 +71,7 @@ void transpose_keys(std::vector<float>& xt, const float* x, int64_t n, int64_t s
     float* dst = &xt[c * hd * kChunk];
     const int64_t valid = std::min<int64_t>(kChunk, n - c * kChunk);
     const float* src = x + c * kChunk * stride;
-    // The next chunk's rows (each on its own page, which the hardware
-    // prefetchers see too late): one line of each per 16 d.
-    const int64_t next = std::min<int64_t>(kChunk, n - (c + 1) * kChunk);
     for (int64_t d0 = 0; d0 < hd; d0 += kChunk) {
-      for (int64_t i = 0; i < next; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(src + (kChunk + i) * stride + d0), _MM_HINT_T0);
       __m512 r[16];
       for (int64_t i = 0; i < kChunk; ++i)
         r[i] = i < valid ? _mm512_loadu_ps(src + i * stride + d0) : _mm512_setzero_ps();
@@ -125,56 +120,6 @@ void dots(float* out, int64_t os, const float* a, int64_t as, const float* xt, i
   }
 }
 
-// dots<H> for two queries side by side (out0/a0 and out1/a1, each with H
-// heads): every key vector loaded once for 2H heads, 4H independent chains.
-// Each output is the same chain over d as dots<H> computes for it alone; n
-// covers both (the extra lanes of the shorter query are never read).
-template <int H>
-void dots2(float* out0, float* out1, int64_t os, const float* a0, const float* a1, int64_t as, const float* xt,
-           int64_t n, int64_t hd, float mul) {
-  const __m512 vm = _mm512_set1_ps(mul);
-  const int64_t nc = chunks(n);
-  int64_t c = 0;
-  for (; c + 2 <= nc; c += 2) {
-    const float* x0 = xt + c * hd * kChunk;
-    const float* x1 = x0 + hd * kChunk;
-    __m512 p00[H], p01[H], p10[H], p11[H];  // [query][chunk]
-    for (int h = 0; h < H; ++h) p00[h] = p01[h] = p10[h] = p11[h] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; ++d) {
-      const __m512 k0 = _mm512_loadu_ps(x0 + d * kChunk), k1 = _mm512_loadu_ps(x1 + d * kChunk);
-      for (int h = 0; h < H; ++h) {
-        const __m512 b0 = _mm512_set1_ps(a0[h * as + d]), b1 = _mm512_set1_ps(a1[h * as + d]);
-        p00[h] = _mm512_fmadd_ps(b0, k0, p00[h]);
-        p01[h] = _mm512_fmadd_ps(b0, k1, p01[h]);
-        p10[h] = _mm512_fmadd_ps(b1, k0, p10[h]);
-        p11[h] = _mm512_fmadd_ps(b1, k1, p11[h]);
-      }
-    }
-    for (int h = 0; h < H; ++h) {
-      _mm512_storeu_ps(out0 + h * os + c * kChunk, _mm512_mul_ps(p00[h], vm));
-      _mm512_storeu_ps(out0 + h * os + (c + 1) * kChunk, _mm512_mul_ps(p01[h], vm));
-      _mm512_storeu_ps(out1 + h * os + c * kChunk, _mm512_mul_ps(p10[h], vm));
-      _mm512_storeu_ps(out1 + h * os + (c + 1) * kChunk, _mm512_mul_ps(p11[h], vm));
-    }
-  }
-  if (c < nc) {
-    const float* x0 = xt + c * hd * kChunk;
-    __m512 p0[H], p1[H];
-    for (int h = 0; h < H; ++h) p0[h] = p1[h] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; ++d) {
-      const __m512 k0 = _mm512_loadu_ps(x0 + d * kChunk);
-      for (int h = 0; h < H; ++h) {
-        p0[h] = _mm512_fmadd_ps(_mm512_set1_ps(a0[h * as + d]), k0, p0[h]);
-        p1[h] = _mm512_fmadd_ps(_mm512_set1_ps(a1[h * as + d]), k0, p1[h]);
-      }
-    }
-    for (int h = 0; h < H; ++h) {
-      _mm512_storeu_ps(out0 + h * os + c * kChunk, _mm512_mul_ps(p0[h], vm));
-      _mm512_storeu_ps(out1 + h * os + c * kChunk, _mm512_mul_ps(p1[h], vm));
-    }
-  }
-}
-
 // The softmax of attention_probs_impl on 16 lanes, in place on the scaled
 // dot products p[npos] (p holds 16 * chunks(npos) floats).
 void softmax_lanes(float* p, int64_t npos) {
@@ -219,11 +164,8 @@ void weighted_sum(float* out, const float* w, int64_t ws, const float* x, int64_
   __m512 acc[H][NB];
   for (int h = 0; h < H; ++h)
     for (int b = 0; b < NB; ++b) acc[h][b] = _mm512_setzero_ps();
-  constexpr int64_t kAhead = 8;  // rows prefetched ahead (each row on its own page in the KV cache)
   for (int64_t j = 0; j < n; ++j) {
     const float* xj = x + j * stride;
-    if (j + kAhead < n)
-      for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(xj + kAhead * stride + b * kChunk), _MM_HINT_T0);
     __m512 xb[NB];
     for (int b = 0; b < NB; ++b) xb[b] = _mm512_loadu_ps(xj + b * kChunk);
     for (int h = 0; h < H; ++h) {
@@ -303,20 +245,6 @@ void forward_heads(float* out, const float* q, int64_t t, int64_t p0, const floa
   weighted_sum_any<H>(out + r, s.p.data(), cap, v + g * hd, npos, kv_stride, hd);
 }
 
-// forward_heads for tokens t and t + 1 of the run (the dot products of both
-// from one pass over the keys; p holds 2 x 4 rows of cap).
-template <int H>
-void forward_heads2(float* out, const float* q, int64_t t, int64_t p0, const float* v, int64_t kv_stride,
-                    int64_t heads, int64_t hd, int64_t g, int64_t h0, float scale, int64_t cap, Scratch& s) {
-  const int64_t r0 = (t * heads + h0) * hd, r1 = r0 + heads * hd, npos0 = p0 + t + 1, npos1 = npos0 + 1;
-  float *pa = s.p.data(), *pb = s.p.data() + 4 * cap;
-  dots2<H>(pa, pb, cap, q + r0, q + r1, hd, s.kt.data(), npos1, hd, scale);
-  for (int h = 0; h < H; ++h) softmax_lanes(pa + h * cap, npos0);
-  for (int h = 0; h < H; ++h) softmax_lanes(pb + h * cap, npos1);
-  weighted_sum_any<H>(out + r0, pa, cap, v + g * hd, npos0, kv_stride, hd);
-  weighted_sum_any<H>(out + r1, pb, cap, v + g * hd, npos1, kv_stride, hd);
-}
-
 template <int H>
 void backward_heads(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t t, int64_t p0,
                     const float* k, int64_t kv_stride, int64_t heads, int64_t hd, int64_t g, int64_t h0, float scale,
@@ -358,15 +286,8 @@ void attention_group_avx512(float* out, const float* q, int64_t T, int64_t p0, c
   const int64_t group = heads / kv_heads, n = p0 + T, h1 = (g + 1) * group, cap = chunks(n) * kChunk;
   Scratch& s = scratch();
   transpose_keys(s.kt, k + g * hd, n, kv_stride, hd);
-  s.p.resize(8 * cap);
-  int64_t t = 0;
-  for (; t + 2 <= T; t += 2) {  // tokens in pairs: each key vector serves both
-    int64_t h = g * group;
-    for (; h + 4 <= h1; h += 4) forward_heads2<4>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
-    for (; h + 2 <= h1; h += 2) forward_heads2<2>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
-    for (; h < h1; ++h) forward_heads2<1>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
-  }
-  for (; t < T; ++t) {
+  s.p.resize(4 * cap);
+  for (int64_t t = 0; t < T; ++t) {
     int64_t h = g * group;
     for (; h + 4 <= h1; h += 4) forward_heads<4>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
     for (; h + 2 <= h1; h += 2) forward_heads<2>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
