@@ -14,11 +14,13 @@ namespace mxrl {
 static CpuFeatures detect() {
   CpuFeatures f;
   __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  unsigned a, b, c, d;
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14 has no "f16c" for __builtin_cpu_supports.
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   // __builtin_cpu_supports checks XCR0 (OS support) for the AVX-512 state.
   f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  unsigned a, b, c, d;
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = f.avx512 && (a & (1u << 5));
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
     f.avx512_vbmi = f.avx512 && (c & (1u << 1));

@@ -167,3 +167,28 @@ def closing():
     yield keep
     for e in made:
         e.close()
+
+
+def head_keeps_own_copy(model):
+    """Whether the tied LM head computes with a copy of the embedding made at load (vLLM's CPU GEMM
+    re-pack: sgl-kernel or oneDNN, where this CPU has them) rather than with the live embedding: one
+    embedding row is changed in place, the head's output for that token compared, the row restored."""
+    import torch
+
+    head, embed = model.lm_head, model.model.embed_tokens.weight
+    x = torch.eye(embed.shape[1], dtype=embed.dtype)[:4]
+    with torch.no_grad():
+        before = head.quant_method.apply(head, x).clone()
+        saved = embed[0].clone()
+        embed[0] += 1.0
+        after = head.quant_method.apply(head, x).clone()
+        embed[0].copy_(saved)
+    return torch.equal(before[:, 0], after[:, 0])
+
+
+@pytest.fixture(scope="session")
+def tied_head_packed(llm_factory, checkpoint_factory):
+    """Whether vLLM keeps a packed copy of the tiny dense model's tied head on this CPU: on an AMD EPYC
+    with AVX-512 it does (and the refit leaves it stale); on one with AVX2 only its GEMMs fall back to
+    torch's linear over the live weights, so there is no copy to go stale."""
+    return llm_factory(checkpoint_factory("tiny-dense", 0)).apply_model(head_keeps_own_copy)[0]

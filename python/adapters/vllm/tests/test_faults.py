@@ -33,7 +33,10 @@ CASES = [(kind, f.name) for kind, lay in KINDS.items() for f in F.FAULTS if F.ap
 
 
 @pytest.mark.parametrize("kind,fault", CASES, ids=[f"{k}-{f}" for k, f in CASES])
-def test_fault_is_caught_at_its_first_sync(kind, fault, checkpoint_factory, export_factory, bundles, closing):
+def test_fault_is_caught_at_its_first_sync(kind, fault, checkpoint_factory, export_factory, bundles, closing,
+                                           tied_head_packed):
+    if fault == "stale-tied-head" and not tied_head_packed:
+        pytest.skip("vLLM computes the tied head from the live embedding on this CPU: no packed copy to leave stale")
     model = models(checkpoint_factory, export_factory)[kind]
     lay = Layout.read(model)
     assert (lay.tied, lay.mx, lay.experts > 0) == (KINDS[kind].tied, KINDS[kind].mx, KINDS[kind].experts > 0)

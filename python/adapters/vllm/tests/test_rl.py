@@ -72,8 +72,10 @@ def test_every_vllm_fault_has_mxrls_name_and_condition():
 
 @pytest.mark.parametrize("fault", [None, "drop-tensor", "stale-tied-head", "swap-gate-up", "transposed",
                                    "requant-floor", "stale-prefix-cache", "partial-sync"])
-def test_the_dense_matrix_row(fault, warm, task):
+def test_the_dense_matrix_row(fault, warm, task, tied_head_packed):
     """Each fault is caught at the first sync it touches by its condition's check; the clean run raises nothing."""
+    if fault == "stale-tied-head" and not tied_head_packed:
+        pytest.skip("vLLM computes the tied head from the live embedding on this CPU: no packed copy to leave stale")
     row = run_one(str(warm), None, fault, log=None, task=task)
     if fault is None:
         assert row["caught_at"] is None and not row["false_alarm_versions"], row
