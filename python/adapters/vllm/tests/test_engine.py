@@ -68,9 +68,11 @@ def test_vllm_leaves_a_tied_heads_packed_copy_stale_and_the_checks_say_so(checkp
     b1, b2 = bundles("tiny-dense")
     e.apply(b1, 1)
     f = failed(C.run(e, B.parse(b1), None, {"agreement": False}, version=1))
-    assert any(x.startswith("lm_head.weight: ") for x in f["exceptions"])  # the head is BF16 in the plan
-    stale = any(x.startswith("packed lm_head.weight: the GEMM copy does not re-pack") for x in f.get("freshness", []))
-    assert stale == tied_head_packed, f
+    if not tied_head_packed:  # the head computes with the live embedding: nothing to find
+        assert f == {}, f
+    else:
+        assert any(x.startswith("lm_head.weight: ") for x in f["exceptions"])  # the head is BF16 in the plan
+        assert any(x.startswith("packed lm_head.weight: the GEMM copy does not re-pack") for x in f["freshness"])
     e2 = closing(VllmEngine(checkpoint_factory("tiny-dense", 0)))  # the adapter's repair
     e2.apply(b1, 1)
     assert failed(C.run(e2, B.parse(b1), None, {"agreement": False}, version=1)) == {}
