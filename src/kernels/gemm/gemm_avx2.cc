@@ -78,6 +78,14 @@ inline __m256 code_values(__m128i bytes8, __m128i shift, __m256i magsign, __m256
   return _mm256_mul_ps(_mm256_castsi256_ps(v), s);
 }
 
+// 8 E8M0 scale bytes (the low 8 bytes) as FP32 2^(s + fold - 127), NaN for 0xFF.
+inline __m256 folded_scales8(__m128i bytes8, int fold) {
+  const __m256i e = _mm256_cvtepu8_epi32(bytes8);
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(fold)), 23);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(bits, _mm256_set1_epi32(static_cast<int>(kGemmNan)),
+                                                _mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF))));
+}
+
 // MX E4M3 / E5M2 codes of a fast panel (panel_fast: no NaN or Inf code, every
 // scale byte plus 127 - bias below 255). The code, sign-extended and shifted
 // left by 23 - mbits, masked to the sign and magnitude fields, is the value
@@ -94,14 +102,11 @@ void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, fl
   const auto* codes = static_cast<const uint8_t*>(w.panel_data(p));
   const uint8_t* sc = w.panel_mx_scales(p);
   const __m128i shift = _mm_cvtsi32_si128(sh);
-  alignas(32) float scale[kPanel];
   for (int64_t g = k0 / kMxBlock; g < k1 / kMxBlock; ++g) {
-    for (int j = 0; j < kPanel; ++j) {
-      const int s = sc[g * kPanel + j];
-      scale[j] = s == 0xFF ? f32_from_bits(kGemmNan) : f32_from_bits(static_cast<uint32_t>(s + fold) << 23);
-    }
-    const __m256 s0 = _mm256_load_ps(scale), s1 = _mm256_load_ps(scale + 8), s2 = _mm256_load_ps(scale + 16),
-                 s3 = _mm256_load_ps(scale + 24);
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + g * kPanel));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + g * kPanel + 16));
+    const __m256 s0 = folded_scales8(lo, fold), s1 = folded_scales8(_mm_srli_si128(lo, 8), fold),
+                 s2 = folded_scales8(hi, fold), s3 = folded_scales8(_mm_srli_si128(hi, 8), fold);
     for (int64_t k = g * kMxBlock; k < (g + 1) * kMxBlock; ++k) {
       const uint8_t* c = codes + k * kPanel;
       float* o = out + (k - k0) * kPanel;
@@ -205,14 +210,7 @@ inline void load_lane_scales(const uint8_t* s, int fold, float* out) {
   const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
   const __m128i a = _mm_unpacklo_epi8(lo, hi), b = _mm_unpackhi_epi8(lo, hi);  // positions 0-15, 16-31
   const __m128i bytes[4] = {a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8)};
-  const __m256i f = _mm256_set1_epi32(fold), ff = _mm256_set1_epi32(0xFF);
-  const __m256i nan = _mm256_set1_epi32(static_cast<int>(kGemmNan));
-  for (int v = 0; v < 4; ++v) {
-    const __m256i e = _mm256_cvtepu8_epi32(bytes[v]);
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(e, f), 23);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * v),
-                       _mm256_blendv_epi8(bits, nan, _mm256_cmpeq_epi32(e, ff)));
-  }
+  for (int v = 0; v < 4; ++v) _mm256_store_ps(out + 8 * v, folded_scales8(bytes[v], fold));
 }
 
 template <int R, int NP, int Sh>
@@ -342,9 +340,8 @@ void run_buffered(const float* xp, int64_t xs, const PackedWeight& w, float* y, 
   const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - p * kPanel));
   float* yp = y + m0 * N + p * kPanel;
   const bool f32 = w.format() == WFormat::F32, bf16 = w.format() == WFormat::BF16;
-  const bool fast = bf16 || (w.format() == WFormat::MX && w.panel_fast(p) &&
-                             (w.elem() == ElemType::E4M3 || w.elem() == ElemType::E5M2));
-  if (!f32 && !fast) {  // the reference decode (resizes to K rows), DAZ for the pair chain
+  const bool fast = direct_panel(w, p);  // the panels decode_bf16 / decode_mx_fast cover
+  if (!f32 && !fast) {                   // the reference decode (resizes to K rows), DAZ for the pair chain
     panel_values(w, p, s.w);
     if (pairs)
       for (float& v : s.w) v = bf16_dot_daz(v);
