@@ -33,10 +33,7 @@ int64_t mx_num_scales(int64_t rows, int64_t cols, Axis axis) {
 
 namespace detail {
 const QuantKernels& quant_kernels(Backend b) {
-#if defined(__x86_64__)
-  if (resolve_backend(b) == Backend::Avx2) return avx2_quant_kernels();
-#endif
-  return backend_table(b, kScalarKernels, MXRL_AVX512(kAvx512Kernels));
+  return backend_table(b, kScalarKernels, MXRL_AVX2(kAvx2Kernels), MXRL_AVX512(kAvx512Kernels));
 }
 }  // namespace detail
 

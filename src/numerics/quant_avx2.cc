@@ -146,18 +146,18 @@ void bf16_round(const float* x, int64_t n, float* out) {
 }
 
 }  // namespace
-
-const QuantKernels& avx2_quant_kernels() {
-  static const QuantKernels k = [] {
-    QuantKernels t = kScalarKernels;
-    t.mx_quant_row = mx_quant_row;
-    t.bf16_encode = bf16_encode;
-    t.bf16_round = bf16_round;
-    return t;
-  }();
-  return k;
-}
-
 }  // namespace mxrl::detail
 MXRL_END_AVX2
+
+namespace mxrl::detail {
+// Built outside the AVX2 region, so that naming it runs no AVX2 code
+// (kScalarKernels is constant-initialized: safe to read here).
+const QuantKernels kAvx2Kernels = [] {
+  QuantKernels t = kScalarKernels;
+  t.mx_quant_row = mx_quant_row;
+  t.bf16_encode = bf16_encode;
+  t.bf16_round = bf16_round;
+  return t;
+}();
+}  // namespace mxrl::detail
 #endif  // __x86_64__

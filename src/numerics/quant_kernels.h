@@ -38,7 +38,7 @@ extern const QuantKernels kScalarKernels;
 extern const QuantKernels kAvx512Kernels;
 // Backend::Avx2: MX row quantization (RNE) and BF16 rounding on AVX2, the
 // rest kScalarKernels' (quant_avx2.cc).
-const QuantKernels& avx2_quant_kernels();
+extern const QuantKernels kAvx2Kernels;
 #endif
 const QuantKernels& quant_kernels(Backend b);  // b resolved with resolve_backend
 

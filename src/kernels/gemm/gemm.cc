@@ -49,11 +49,10 @@ void run_pairs_by_class(const float* x, const PackedWeight& w, float* y, int64_t
 #endif
 
 const GemmKernels& gemm_kernels(const Exec& exec, WFormat f) {
-  const GemmKernels& t = backend_table(exec.backend, kGemmScalar, MXRL_AVX512(kGemmAvx512));
+  // On AVX2 every format runs kGemmAvx2 (its pair chain is the FMA one;
+  // exec.pair_kernel is for AVX-512).
+  const GemmKernels& t = backend_table(exec.backend, kGemmScalar, MXRL_AVX2(kGemmAvx2), MXRL_AVX512(kGemmAvx512));
 #if defined(__x86_64__)
-  // AVX2 + FMA without AVX-512: every format on kGemmAvx2 (its pair chain is
-  // the FMA one; exec.pair_kernel is for AVX-512).
-  if (resolve_backend(exec.backend) == Backend::Avx2) return kGemmAvx2;
   // The pair chain's kernel: the AVX-512 table's FMA path, VDPBF16PS, or AMX
   // tiles (which also block rows by its 16-row tiles; each output is the same
   // in any block: the blocking only sets how work is shared).

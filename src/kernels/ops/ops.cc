@@ -15,10 +15,7 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t n, const float
 
 namespace detail {
 const OpsKernels& ops_kernels(Backend b) {
-#if defined(__x86_64__)
-  if (resolve_backend(b) == Backend::Avx2) return kOpsAvx2;
-#endif
-  return backend_table(b, kOpsScalar, MXRL_AVX512(kOpsAvx512));
+  return backend_table(b, kOpsScalar, MXRL_AVX2(kOpsAvx2), MXRL_AVX512(kOpsAvx512));
 }
 }  // namespace detail
 

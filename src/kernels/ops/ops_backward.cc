@@ -8,10 +8,7 @@ namespace mxrl {
 
 namespace detail {
 const OpsBackwardKernels& ops_backward_kernels(Backend b) {
-#if defined(__x86_64__)
-  if (resolve_backend(b) == Backend::Avx2) return kOpsBackwardAvx2;
-#endif
-  return backend_table(b, kOpsBackwardScalar, MXRL_AVX512(kOpsBackwardAvx512));
+  return backend_table(b, kOpsBackwardScalar, MXRL_AVX2(kOpsBackwardAvx2), MXRL_AVX512(kOpsBackwardAvx512));
 }
 }  // namespace detail
 
