@@ -36,8 +36,8 @@ struct QuantKernels {
 extern const QuantKernels kScalarKernels;
 #if defined(__x86_64__)
 extern const QuantKernels kAvx512Kernels;
-// Backend::Avx2: MX row quantization (RNE) and BF16 rounding on AVX2, the
-// rest kScalarKernels' (quant_avx2.cc).
+// Backend::Avx2: MX quantization and dequantization and BF16 rounding on
+// AVX2, the FP8 group grids kScalarKernels' (quant_avx2.cc).
 extern const QuantKernels kAvx2Kernels;
 #endif
 const QuantKernels& quant_kernels(Backend b);  // b resolved with resolve_backend
