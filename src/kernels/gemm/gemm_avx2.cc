@@ -8,7 +8,7 @@
 //   - FP32 and FP8 weights: y = fma(x[k], w[k], y) for k in order, MXCSR untouched.
 // Per panel (32 columns) the weights of all of K are decoded once into an FP32
 // buffer, columns in order ([k][32], as the reference's panel_values), then
-// every 3-row tile of X runs its 3 x 32 chains over it in registers. MX E4M3 /
+// every 6-row tile of X runs its 6 x 16 chains over each half in registers. MX E4M3 /
 // E5M2 codes of a fast panel decode in registers (the code shifted into the
 // FP32 fields, times the folded power-of-two scale: one exact product); other
 // panels (NaN or Inf codes, FP6/FP4 elements, FP8) take the reference decode.
@@ -28,7 +28,7 @@
 namespace mxrl::detail {
 namespace {
 constexpr int kPanel = PackedWeight::kPanel;
-constexpr int kTileRows = 3;        // 3 x 4 accumulators, 3 broadcasts: the 16 registers
+constexpr int kTileRows = 6;        // 6 rows x 16 columns of accumulators, 2 weights, a broadcast: the 16 registers
 constexpr int64_t kBlockRows = 96;  // rows per call handed to run(); a multiple of kTileRows
 constexpr int64_t kKc = 128;        // K per block of the buffered path: 16 KiB of FP32 weights, in L1
 
@@ -55,6 +55,28 @@ inline __m256 daz8(__m256 v) {
   const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7F800000)), _mm256_setzero_si256());
   return _mm256_castsi256_ps(
       _mm256_blendv_epi8(b, _mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x80000000u))), sub));
+}
+
+// bf16_dot_round (RNE to BF16, DAZ) of x[0, n) into out.
+void round_x(const float* x, int64_t n, float* out) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+    const __m256i exp = _mm256_and_si256(b, _mm256_set1_epi32(0x7F800000));
+    const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const __m256i rne = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)),
+                         _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1))),
+        hi);
+    // NaN (|b| above Inf's bits, a signed compare of values below 2^31): quieted, truncated.
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF)),
+                                           _mm256_set1_epi32(0x7F800000));
+    __m256i r = _mm256_blendv_epi8(rne, _mm256_and_si256(_mm256_or_si256(b, _mm256_set1_epi32(0x00400000)), hi), nan);
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x80000000u))),
+                           _mm256_cmpeq_epi32(exp, _mm256_setzero_si256()));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), r);
+  }
+  for (; k < n; ++k) out[k] = bf16_dot_round(x[k]);
 }
 
 // BF16 panel, k in [0, K): the pair at 2i, 2i+1 holds columns i and 16 + i,
@@ -120,47 +142,82 @@ void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, fl
   }
 }
 
-// acc[r][0..3] = fma(x[r][k], w[k][0..31], acc[r][0..3]) for every row r.
+// One row's 16 chains (half a panel). Named variables, one per row: GCC
+// keeps an array of accumulators in memory, storing each on every step.
+struct Acc2 {
+  __m256 v0, v1;
+};
+
+inline void fma2(Acc2& a, const float* x, __m256 w0, __m256 w1) {
+  const __m256 b = _mm256_broadcast_ss(x);
+  a.v0 = _mm256_fmadd_ps(b, w0, a.v0);
+  a.v1 = _mm256_fmadd_ps(b, w1, a.v1);
+}
+
+// a_r = fma(x_r[k], w[k][half], a_r) for rows r < R: 12 chains, 2 weight
+// vectors and a broadcast in the 16 registers, 8 loads per 12 FMAs.
 template <int R>
-inline void step(__m256 (&acc)[R][4], const float* const* xr, const float* wp, int64_t k) {
-  __m256 xb[R];
-  for (int r = 0; r < R; ++r) xb[r] = _mm256_broadcast_ss(xr[r] + k);
-  for (int q = 0; q < 4; ++q) {
-    const __m256 wq = _mm256_loadu_ps(wp + k * kPanel + 8 * q);
-    for (int r = 0; r < R; ++r) acc[r][q] = _mm256_fmadd_ps(xb[r], wq, acc[r][q]);
-  }
+inline void step(Acc2& a0, Acc2& a1, Acc2& a2, Acc2& a3, Acc2& a4, Acc2& a5, const float* x0, const float* x1,
+                 const float* x2, const float* x3, const float* x4, const float* x5, const float* wp, int64_t k) {
+  const __m256 w0 = _mm256_loadu_ps(wp + k * kPanel), w1 = _mm256_loadu_ps(wp + k * kPanel + 8);
+  fma2(a0, x0 + k, w0, w1);
+  if constexpr (R > 1) fma2(a1, x1 + k, w0, w1);
+  if constexpr (R > 2) fma2(a2, x2 + k, w0, w1);
+  if constexpr (R > 3) fma2(a3, x3 + k, w0, w1);
+  if constexpr (R > 4) fma2(a4, x4 + k, w0, w1);
+  if constexpr (R > 5) fma2(a5, x5 + k, w0, w1);
+}
+
+// A row's partial sums of columns [0, n) from y (first: zero), and back to y
+// (last: NaN made canonical).
+inline Acc2 load_acc(const float* y, int n, bool first) {
+  alignas(32) float out[16] = {};
+  if (!first) std::memcpy(out, y, static_cast<size_t>(n) * sizeof(float));
+  return {_mm256_load_ps(out), _mm256_load_ps(out + 8)};
+}
+inline __m256 canonical8(__m256 v) {
+  return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kGemmNan))),
+                          _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+inline void store_acc(const Acc2& a, float* y, int n, bool last) {
+  alignas(32) float out[16];
+  _mm256_store_ps(out, last ? canonical8(a.v0) : a.v0);
+  _mm256_store_ps(out + 8, last ? canonical8(a.v1) : a.v1);
+  std::memcpy(y, out, static_cast<size_t>(n) * sizeof(float));
 }
 
 // Rows [0, R) of a tile, K block [k0, k1): y[r][0..cols) continues the chain
 // over K of xr[r] and the panel's FP32 weights from the partial sums the
 // previous block left there (first: from zero), the canonical NaN on the last
-// block. wp holds rows k0.. ([k1 - k0 (+1)][32]); pairs: k0 is even, and an
-// odd K's last pair reads xr[r][K] and wp's row K - k0, both zero.
+// block; one half panel (16 columns) at a time. wp holds rows k0..
+// ([k1 - k0 (+1)][32]); pairs: k0 is even, and an odd K's last pair reads
+// xr[r][K] and wp's row K - k0, both zero.
 template <int R, bool Pairs>
 void tile(const float* const* xr, const float* wp, int64_t k0, int64_t k1, float* const* yr, int cols, bool first,
           bool last) {
-  __m256 acc[R][4];
-  alignas(32) float out[kPanel] = {};
-  for (int r = 0; r < R; ++r) {
-    if (!first) std::memcpy(out, yr[r], static_cast<size_t>(cols) * sizeof(float));
-    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_load_ps(out + 8 * q);
-  }
-  wp -= k0 * kPanel;
-  if constexpr (Pairs) {
-    for (int64_t k = k0; k < k1; k += 2) {  // odd element first
-      step<R>(acc, xr, wp, k + 1);
-      step<R>(acc, xr, wp, k);
+  const float* x0 = xr[0];
+  const float* x1 = R > 1 ? xr[1] : x0;
+  const float* x2 = R > 2 ? xr[2] : x0;
+  const float* x3 = R > 3 ? xr[3] : x0;
+  const float* x4 = R > 4 ? xr[4] : x0;
+  const float* x5 = R > 5 ? xr[5] : x0;
+  for (int h = 0; h < 2; ++h) {
+    const int c0 = 16 * h, n = std::min(cols - c0, 16);
+    if (n <= 0) break;
+    Acc2 a[6] = {};  // loaded into named variables below
+    for (int r = 0; r < R; ++r) a[r] = load_acc(yr[r] + c0, n, first);
+    Acc2 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5];
+    const float* w = wp - k0 * kPanel + c0;
+    if constexpr (Pairs) {
+      for (int64_t k = k0; k < k1; k += 2) {  // odd element first
+        step<R>(a0, a1, a2, a3, a4, a5, x0, x1, x2, x3, x4, x5, w, k + 1);
+        step<R>(a0, a1, a2, a3, a4, a5, x0, x1, x2, x3, x4, x5, w, k);
+      }
+    } else {
+      for (int64_t k = k0; k < k1; ++k) step<R>(a0, a1, a2, a3, a4, a5, x0, x1, x2, x3, x4, x5, w, k);
     }
-  } else {
-    for (int64_t k = k0; k < k1; ++k) step<R>(acc, xr, wp, k);
-  }
-  const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kGemmNan)));
-  for (int r = 0; r < R; ++r) {
-    for (int q = 0; q < 4; ++q)
-      _mm256_store_ps(
-          out + 8 * q,
-          last ? _mm256_blendv_ps(acc[r][q], nan, _mm256_cmp_ps(acc[r][q], acc[r][q], _CMP_UNORD_Q)) : acc[r][q]);
-    std::memcpy(yr[r], out, static_cast<size_t>(cols) * sizeof(float));
+    const Acc2 out[6] = {a0, a1, a2, a3, a4, a5};
+    for (int r = 0; r < R; ++r) store_acc(out[r], yr[r] + c0, n, last);
   }
 }
 
@@ -321,6 +378,9 @@ void run_rows(const float* x, int64_t xs, const float* wp, int64_t k0, int64_t k
     float* yr[kTileRows];
     for (int r = 0; r < R; ++r) xr[r] = x + (r0 + r) * xs, yr[r] = y + (r0 + r) * N;
     switch (R) {
+      case 6: tile<6, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
+      case 5: tile<5, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
+      case 4: tile<4, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
       case 3: tile<3, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
       case 2: tile<2, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
       default: tile<1, Pairs>(xr, wp, k0, k1, yr, cols, first, last); break;
@@ -389,7 +449,7 @@ void run(const float* x, const PackedWeight& w, float* y, int64_t m0, int64_t m1
     xs = K + 1;
     s.x.resize(static_cast<size_t>(rows * xs));
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t k = 0; k < K; ++k) s.x[r * xs + k] = bf16_dot_round(xp[r * K + k]);
+      round_x(xp + r * K, K, s.x.data() + r * xs);
       s.x[r * xs + K] = 0.0f;
     }
     xp = s.x.data();

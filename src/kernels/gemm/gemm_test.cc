@@ -370,6 +370,48 @@ TEST(Gemm, PairChainOddKRoundingAndFlushing) {
     }
 }
 
+// X's rounding to BF16 where it shows: FP32 subnormals (DAZ: zero, though
+// the weights are large enough that a kept one would change the sum) and NaNs
+// whose payload sits in the low bits (quieted, not rounded into an infinity),
+// on every engine, both paths.
+TEST(Gemm, PairChainRoundsSubnormalAndNanX) {
+  ThreadPool pool(2);
+  std::mt19937 rng(77);
+  const int64_t n = 40, k = 96, m = 13;
+  std::vector<uint16_t> w(static_cast<size_t>(n * k));
+  for (auto& v : w) v = static_cast<uint16_t>((rng() & 0x8000u) | ((220 + rng() % 8) << 7) | (rng() & 0x7Fu));
+  std::vector<float> x(static_cast<size_t>(m * k)), x_zero, x_min;
+  for (auto& v : x) v = f32_from_bits((rng() & 0x80000000u) | ((1 + rng() % 3) << 23) | (rng() & 0x7FFFFFu));
+  for (int64_t i = 0; i < m * k; i += 5) x[i] = f32_from_bits((rng() & 0x80000000u) | (1 + rng() % 0x7FFFFFu));
+  x_zero = x_min = x;
+  for (size_t i = 0; i < x.size(); i += 5) {
+    x_zero[i] = std::copysign(0.0f, x[i]);
+    x_min[i] = std::copysign(0x1p-126f, x[i]);
+  }
+  x[3 * k + 7] = f32_from_bits(0x7F800001u);  // row 3: a NaN with a 1 in the lowest payload bit
+  x[8 * k + 2] = f32_from_bits(0xFF800101u);  // row 8
+  const WeightView view{WFormat::BF16, n, k, w.data()};
+  std::vector<float> ref(static_cast<size_t>(m * n)), ref_zero(ref.size()), ref_min(ref.size());
+  gemm_reference(x.data(), m, view, ref.data());
+  gemm_reference(x_zero.data(), m, view, ref_zero.data());
+  gemm_reference(x_min.data(), m, view, ref_min.data());
+  // Teeth: subnormal X counts as zero, yet a normal of that size would show.
+  for (int64_t r : {int64_t(0), int64_t(5)}) {
+    expect_same_bits(ref.data() + r * n, ref_zero.data() + r * n, n, "subnormal X is zero");
+    EXPECT_NE(f32_bits(ref[r * n]), f32_bits(ref_min[r * n]));
+  }
+  EXPECT_TRUE(std::isnan(ref[3 * n]) && std::isnan(ref[8 * n + 1]));
+  for (const Engine& eng : engines()) {
+    const PackedWeight pw = PackedWeight::pack(view, {&pool, eng.be, eng.pk});
+    for (int64_t rows : {int64_t(1), int64_t(2), int64_t(6), m}) {
+      std::vector<float> y(static_cast<size_t>(rows * n));
+      gemm(x.data() + (m - rows) * k, rows, pw, y.data(), {&pool, eng.be, eng.pk});
+      expect_same_bits(y.data(), ref.data() + (m - rows) * n, y.size(),
+                       std::string(eng.name) + " M=" + std::to_string(rows));
+    }
+  }
+}
+
 // The self-test ran and said one of its three things; where it passed, the
 // VDPBF16PS engine is among those every test above compares.
 TEST(Gemm, Bf16DotSelfTestVerdict) {
