@@ -142,6 +142,20 @@ void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, fl
   }
 }
 
+// One row's 32 chains (a panel: the direct path), named for the same reason.
+struct Acc4 {
+  __m256 v0, v1, v2, v3;
+};
+
+inline void fma4(Acc4& a, const float* x, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+  const __m256 b = _mm256_broadcast_ss(x);
+  a.v0 = _mm256_fmadd_ps(b, w0, a.v0);
+  a.v1 = _mm256_fmadd_ps(b, w1, a.v1);
+  a.v2 = _mm256_fmadd_ps(b, w2, a.v2);
+  a.v3 = _mm256_fmadd_ps(b, w3, a.v3);
+}
+constexpr float kZero = 0.0f;
+
 // One row's 16 chains (half a panel). Named variables, one per row: GCC
 // keeps an array of accumulators in memory, storing each on every step.
 struct Acc2 {
@@ -232,6 +246,14 @@ constexpr int kDirectRows = 2;
 
 inline int mx_lane_col(int pos) { return pos % 2 == 0 ? pos / 2 : 16 + pos / 2; }
 
+// 8 codes at c, sign-extended, shifted into the FP32 fields, masked, times
+// their folded scales sc[0..8).
+template <int Sh>
+inline __m256 mx_w8(const uint8_t* c, __m256i magsign, const float* sc) {
+  const __m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
+  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, Sh), magsign)), _mm256_load_ps(sc));
+}
+
 template <int Sh>
 struct DirectPanel {
   const uint8_t* base;       // panel elements
@@ -241,22 +263,22 @@ struct DirectPanel {
 
 // Weights w[k][..] of one panel as 4 vectors (see above).
 template <int Sh>
-inline void direct_w(const DirectPanel<Sh>& d, int64_t k, __m256i magsign, __m256 (&w)[4]) {
+inline void direct_w(const DirectPanel<Sh>& d, int64_t k, __m256i magsign, Acc4& w) {
   if constexpr (Sh != 0) {
     const uint8_t* c = d.base + k * kPanel;
-    for (int v = 0; v < 4; ++v) {
-      const __m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * v)));
-      w[v] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, Sh), magsign)),
-                           _mm256_load_ps(d.sc + 8 * v));
-    }
+    w.v0 = mx_w8<Sh>(c, magsign, d.sc);
+    w.v1 = mx_w8<Sh>(c + 8, magsign, d.sc + 8);
+    w.v2 = mx_w8<Sh>(c + 16, magsign, d.sc + 16);
+    w.v3 = mx_w8<Sh>(c + 24, magsign, d.sc + 24);
   } else {
     const auto* s = reinterpret_cast<const uint16_t*>(d.base) + k * kPanel;
     const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-    for (int q = 0; q < 2; ++q) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16 * q));
-      w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-      w[2 * q + 1] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-    }
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16));
+    w.v0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
+    w.v1 = _mm256_castsi256_ps(_mm256_and_si256(v0, hi));
+    w.v2 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
+    w.v3 = _mm256_castsi256_ps(_mm256_and_si256(v1, hi));
   }
 }
 
@@ -270,16 +292,18 @@ inline void load_lane_scales(const uint8_t* s, int fold, float* out) {
   for (int v = 0; v < 4; ++v) _mm256_store_ps(out + 8 * v, folded_scales8(bytes[v], fold));
 }
 
+// One step of the direct path's chains: a holds row 0 of panel p; b row 0
+// of panel p + 1 (NP = 2) or row 1 of panel p (R = 2).
 template <int R, int NP, int Sh>
-inline void direct_step(__m256 (&acc)[R][NP][4], const float* const* xr, const DirectPanel<Sh>* d, int64_t k,
+inline void direct_step(Acc4& a, Acc4& b, const float* x0, const float* x1, const DirectPanel<Sh>* d, int64_t k,
                         __m256i magsign) {
-  for (int q = 0; q < NP; ++q) {
-    __m256 w[4];
-    direct_w<Sh>(d[q], k, magsign, w);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(xr[r] + k);
-      for (int v = 0; v < 4; ++v) acc[r][q][v] = _mm256_fmadd_ps(xb, w[v], acc[r][q][v]);
-    }
+  Acc4 w;
+  direct_w<Sh>(d[0], k, magsign, w);
+  fma4(a, x0 + k, w.v0, w.v1, w.v2, w.v3);
+  if constexpr (R == 2) fma4(b, x1 + k, w.v0, w.v1, w.v2, w.v3);
+  if constexpr (NP == 2) {
+    direct_w<Sh>(d[1], k, magsign, w);
+    fma4(b, x0 + k, w.v0, w.v1, w.v2, w.v3);
   }
 }
 
@@ -296,34 +320,35 @@ void direct(const float* const* xr, const PackedWeight& w, int64_t p, float* con
     d[q].base = static_cast<const uint8_t*>(w.panel_data(p + q));
     if constexpr (Mx) d[q].scales = w.panel_mx_scales(p + q);
   }
-  __m256 acc[R][NP][4];
-  for (int r = 0; r < R; ++r)
-    for (int q = 0; q < NP; ++q)
-      for (int v = 0; v < 4; ++v) acc[r][q][v] = _mm256_setzero_ps();
+  static_assert(R * NP <= 2, "two sets of 32 chains: R = 1, NP <= 2 or R = 2, NP = 1");
+  Acc4 a{}, b{};  // named, in registers (see direct_step)
+  const float* x0 = xr[0];
+  const float* x1 = R > 1 ? xr[1] : x0;
   const int64_t K2 = K / 2 * 2;
   const int64_t gk = Mx ? kMxBlock : K2;  // MX: one scale group at a time (K is a multiple of 32)
   for (int64_t g0 = 0; g0 < K2; g0 += gk) {
     if constexpr (Mx)
       for (int q = 0; q < NP; ++q) load_lane_scales(d[q].scales + (g0 / kMxBlock) * kPanel, fold, d[q].sc);
     for (int64_t k = g0; k < g0 + gk; k += 2) {  // odd element first
-      direct_step<R, NP, Sh>(acc, xr, d, k + 1, magsign);
-      direct_step<R, NP, Sh>(acc, xr, d, k, magsign);
+      direct_step<R, NP, Sh>(a, b, x0, x1, d, k + 1, magsign);
+      direct_step<R, NP, Sh>(a, b, x0, x1, d, k, magsign);
     }
   }
   if (K2 < K) {  // odd K (BF16): the last pair is (0 * 0, x * w)
-    for (int r = 0; r < R; ++r)
-      for (int q = 0; q < NP; ++q)
-        for (int v = 0; v < 4; ++v)
-          acc[r][q][v] = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc[r][q][v]);
-    direct_step<R, NP, Sh>(acc, xr, d, K2, magsign);
+    const __m256 z = _mm256_setzero_ps();
+    fma4(a, &kZero, z, z, z, z);  // 0 * 0 + acc, as the chain's first FMA of the pair
+    fma4(b, &kZero, z, z, z, z);
+    direct_step<R, NP, Sh>(a, b, x0, x1, d, K2, magsign);
   }
+  const Acc4 acc[2] = {a, b};
   const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kGemmNan)));
   alignas(32) float out[kPanel];
   for (int r = 0; r < R; ++r)
     for (int q = 0; q < NP; ++q) {
+      const Acc4& c = acc[r + q];
+      const __m256 cv[4] = {c.v0, c.v1, c.v2, c.v3};
       for (int v = 0; v < 4; ++v)
-        _mm256_store_ps(out + 8 * v,
-                        _mm256_blendv_ps(acc[r][q][v], nan, _mm256_cmp_ps(acc[r][q][v], acc[r][q][v], _CMP_UNORD_Q)));
+        _mm256_store_ps(out + 8 * v, _mm256_blendv_ps(cv[v], nan, _mm256_cmp_ps(cv[v], cv[v], _CMP_UNORD_Q)));
       float* y = yr[r] + q * kPanel;
       const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - (p + q) * kPanel));
       for (int l = 0; l < kPanel; ++l) {
