@@ -51,8 +51,10 @@ extern const OpsKernels kOpsAvx2;  // ops_avx2.cc
 extern const OpsBackwardKernels kOpsBackwardAvx2;
 extern const OpsKernels kOpsAvx512;
 extern const OpsBackwardKernels kOpsBackwardAvx512;
-// exp_f on 16 lanes (kernels/ops/math_avx512.h) over an array, for the tests.
+// exp_f on 16 lanes (kernels/ops/math_avx512.h) and on 8 (math_avx2.h) over
+// an array, for the tests.
 void exp_avx512(float* y, const float* x, int64_t n);
+void exp_avx2(float* y, const float* x, int64_t n);
 #endif
 const OpsKernels& ops_kernels(Backend b);  // b resolved with resolve_backend
 const OpsBackwardKernels& ops_backward_kernels(Backend b);

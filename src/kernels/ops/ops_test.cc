@@ -203,11 +203,12 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
   }
 }
 
-// exp16 (kernels/ops/math_avx512.h) equals exp_f lane by lane on every class of
-// input: both range limits, the subnormal results, the power-of-two splits,
-// NaN (payload and sign kept) and infinities, and a sweep of every exponent.
-TEST(OpsBackends, Exp16EqualsExpF) {
-  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+// exp16 (kernels/ops/math_avx512.h) and exp8 (math_avx2.h) equal exp_f lane
+// by lane on every class of input: both range limits, the subnormal results,
+// the power-of-two splits, NaN (payload and sign kept) and infinities, and a
+// sweep of every exponent.
+TEST(OpsBackends, VectorExpEqualsExpF) {
+  if (!cpu_features().avx2 && !cpu_features().avx512) GTEST_SKIP() << "no AVX2 or AVX-512 on this CPU";
   std::vector<float> x = {0.0f,
                           -0.0f,
                           1.0f,
@@ -240,9 +241,14 @@ TEST(OpsBackends, Exp16EqualsExpF) {
     x.push_back(f);
   }
   for (float f = -104.0f; f < 89.0f; f += 0.0137f) x.push_back(f);
-  std::vector<float> y(x.size());
-  detail::exp_avx512(y.data(), x.data(), static_cast<int64_t>(x.size()));
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(f32_bits(y[i]), f32_bits(exp_f(x[i]))) << "x = " << x[i];
+  std::vector<std::pair<const char*, void (*)(float*, const float*, int64_t)>> impls;
+  if (cpu_features().avx2) impls.push_back({"exp8", detail::exp_avx2});
+  if (cpu_features().avx512) impls.push_back({"exp16", detail::exp_avx512});
+  for (const auto& [name, fn] : impls) {
+    std::vector<float> y(x.size());
+    fn(y.data(), x.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(f32_bits(y[i]), f32_bits(exp_f(x[i]))) << name << ": x = " << x[i];
+  }
 }
 
 // The AVX2 and AVX-512 builds of every op agree bit for bit with the baseline build.
