@@ -40,6 +40,7 @@ Scratch& scratch() {
 
 MXRL_BEGIN_AVX2
 #include "kernels/ops/math_avx2.h"
+#include "kernels/transpose/transpose_avx2.h"
 
 namespace mxrl::detail {
 namespace {
@@ -64,26 +65,6 @@ inline V16 valid16(int64_t n, int64_t c) {
 }
 
 inline V16 exp16(V16 x) { return {exp8(x.lo), exp8(x.hi)}; }
-
-// r[i][d] -> r[d][i] for an 8 x 8 block of floats in registers.
-inline void transpose8x8(__m256 r[8]) {
-  __m256 t[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  __m256 u[8];
-  for (int i = 0; i < 2; ++i) {
-    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-    r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-  }
-}
 
 // xt[c][d][16] = x[(16c + i) * stride + d] for key 16c + i < n, zero beyond
 // (hd a multiple of 8). Pure data movement: the values of the row layout.

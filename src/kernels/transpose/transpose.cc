@@ -21,7 +21,8 @@ const TransposeKernels kTransposeScalar = {tile16_scalar};
 
 void transpose(const float* in, int64_t rows, int64_t cols, int64_t rows_padded, float* out, const Exec& exec) {
   constexpr int64_t T = 16;
-  const auto& k = backend_table(exec.backend, detail::kTransposeScalar, MXRL_AVX512(detail::kTransposeAvx512));
+  const auto& k = backend_table(exec.backend, detail::kTransposeScalar, MXRL_AVX2(detail::kTransposeAvx2),
+                                MXRL_AVX512(detail::kTransposeAvx512));
   // Tasks own 16-column strips of the input (16-row strips of the output).
   parallel_for(exec.pool, (cols + T - 1) / T, [&](int64_t b0, int64_t b1) {
     for (int64_t cb = b0; cb < b1; ++cb) {

@@ -1,6 +1,6 @@
 // Matrix transpose for the backward GEMMs (wgrad reads dY^T and X^T, dgrad
-// W^T). Pure data movement: every backend gives the same bytes; the AVX-512
-// one moves 16x16 tiles through registers, the scalar one is the reference.
+// W^T). Pure data movement: every backend gives the same bytes; the AVX2 and
+// AVX-512 ones move 16x16 tiles through registers, the scalar one is the reference.
 #pragma once
 #include <cstdint>
 
@@ -19,6 +19,7 @@ struct TransposeKernels {
 };
 extern const TransposeKernels kTransposeScalar;
 #if defined(__x86_64__)
+extern const TransposeKernels kTransposeAvx2;
 extern const TransposeKernels kTransposeAvx512;
 #endif
 }  // namespace detail

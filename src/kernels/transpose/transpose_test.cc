@@ -16,6 +16,7 @@ namespace {
 
 TEST(Transpose, EveryBackendMatchesTheDefinitionBitwise) {
   std::vector<Backend> backends{Backend::Scalar};
+  if (cpu_features().avx2) backends.push_back(Backend::Avx2);
   if (cpu_features().avx512) backends.push_back(Backend::Avx512);
   ThreadPool pool(3);
   std::mt19937 rng(3);
