@@ -199,8 +199,8 @@ inline __m256i quant8(__m256 x, __m256 mul, const Elem8& p, uint64_t key, int64_
   return encode8(v, p);
 }
 
-// 2^(127 - s) as FP32 for a finite scale byte s (2^-127 is an FP32 subnormal, exact).
-inline float descale(uint8_t s) { return std::ldexp(1.0f, 127 - static_cast<int>(s)); }
+// 2^(127 - s) as FP32 for a finite scale byte s (s = 254: 2^-127, an FP32 subnormal).
+inline float descale(uint8_t s) { return f32_from_bits(s == 254 ? 0x00400000u : uint32_t(254 - s) << 23); }
 
 template <bool kStochastic>
 void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg,

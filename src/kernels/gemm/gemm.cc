@@ -623,13 +623,12 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                 pack_panel_codes(s, K, n0, cols, dst);
               // The checks read the packed panel: every code of the panel's columns, in any order.
               bool fast = f.bits == 8;
-              uint8_t any_bits = 0;
-              bool special = false;
+              uint8_t any_bits = 0, max_mag = 0;  // OR and max reductions: they vectorize
               for (int64_t i = 0; i < K * kPanel; ++i) {
                 any_bits |= dst[i];
-                special |= (dst[i] & 0x7F) >= special_min;
+                max_mag = std::max<uint8_t>(max_mag, dst[i] & 0x7F);
               }
-              if (special) fast = false;
+              if (max_mag >= special_min) fast = false;
               if (any_bits & ~code_limit)  // the first bad code in W's row-major order
                 for (int64_t j = 0; j < cols && bad_code[p] < 0; ++j)
                   for (int64_t k = 0; k < K; ++k)
