@@ -188,8 +188,10 @@ inline void step(Acc2& a0, Acc2& a1, Acc2& a2, Acc2& a3, Acc2& a4, Acc2& a5, con
 // A row's partial sums of columns [0, n) from y (first: zero), and back to y
 // (last: NaN made canonical).
 inline Acc2 load_acc(const float* y, int n, bool first) {
+  if (first) return {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  if (n == 16) return {_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)};
   alignas(32) float out[16] = {};
-  if (!first) std::memcpy(out, y, static_cast<size_t>(n) * sizeof(float));
+  std::memcpy(out, y, static_cast<size_t>(n) * sizeof(float));
   return {_mm256_load_ps(out), _mm256_load_ps(out + 8)};
 }
 inline __m256 canonical8(__m256 v) {
@@ -197,9 +199,15 @@ inline __m256 canonical8(__m256 v) {
                           _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 inline void store_acc(const Acc2& a, float* y, int n, bool last) {
+  const __m256 v0 = last ? canonical8(a.v0) : a.v0, v1 = last ? canonical8(a.v1) : a.v1;
+  if (n == 16) {
+    _mm256_storeu_ps(y, v0);
+    _mm256_storeu_ps(y + 8, v1);
+    return;
+  }
   alignas(32) float out[16];
-  _mm256_store_ps(out, last ? canonical8(a.v0) : a.v0);
-  _mm256_store_ps(out + 8, last ? canonical8(a.v1) : a.v1);
+  _mm256_store_ps(out, v0);
+  _mm256_store_ps(out + 8, v1);
   std::memcpy(y, out, static_cast<size_t>(n) * sizeof(float));
 }
 
