@@ -1,5 +1,7 @@
 #include "numerics/formats.h"
 
+#include "numerics/elem_consts.h"
+
 #include <cmath>
 #include <limits>
 
@@ -116,6 +118,28 @@ float f16_to_f32(uint16_t h) {
   float out = static_cast<float>(neg ? -v : v);
   if (std::isnan(v)) out = f32_from_bits((neg ? 0x80000000u : 0) | 0x7FC00000u | ((mag & 0x3FF) << 13));
   return out;
+}
+
+ElemConsts::ElemConsts(ElemType t) {
+  const ElemTraits& f = elem_traits(t);
+  emin = f.emin();
+  emax = f.emax;
+  mbits = f.mbits;
+  shift = 23 - f.mbits;
+  sign_shift = 32 - f.bits;
+  max_normal = f.max_normal;
+  min_normal = std::ldexp(1.0f, emin);
+  sub_magic = std::ldexp(1.0f, emin - f.mbits + 23);
+  sub_magic_bits = f32_bits(sub_magic);
+  round_half = (1u << (shift - 1)) - 1;
+  exp_adjust = static_cast<uint32_t>((127 - f.bias) << f.mbits);
+  nan_code = f.has_nan ? f.nan_code : 0;
+  dec_mul = std::ldexp(1.0f, 127 - f.bias);
+  dec_signbit = f.sign_bit();
+  dec_special_min = f.has_inf ? 0x7C : 0x7F;
+  has_nan = f.has_nan;
+  has_inf = f.has_inf;
+  inv_max_normal = 1.0f / f.max_normal;
 }
 
 }  // namespace mxrl

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "numerics/elem_consts.h"
 #include "numerics/formats.h"
 #include "numerics/mx.h"
 #include "numerics/quant_kernels.h"
@@ -20,7 +21,7 @@ MXRL_BEGIN_AVX2_F16C
 namespace mxrl::detail {
 namespace {
 
-// Element-format constants of encode8, broadcast once per kernel call.
+// ElemConsts broadcast to 8 lanes, once per kernel call.
 struct Elem8 {
   __m256 max_normal, min_normal, sub_magic;
   __m256i sub_magic_bits, round_half, exp_adjust, nan_code, sign_in, one, abs_mask;
@@ -32,29 +33,26 @@ struct Elem8 {
   // sr_encode8's: the grid-step exponent is max(e, emin) - mbits.
   __m256i emin, mbits;
   explicit Elem8(ElemType t) {
-    const ElemTraits& f = elem_traits(t);
-    const int sh = 23 - f.mbits;
-    max_normal = _mm256_set1_ps(f.max_normal);
-    min_normal = _mm256_set1_ps(std::ldexp(1.0f, f.emin()));
-    // Adding 2^(emin - mbits + 23) rounds (RNE) to a multiple of the subnormal step.
-    const float magic = std::ldexp(1.0f, f.emin() - f.mbits + 23);
-    sub_magic = _mm256_set1_ps(magic);
-    sub_magic_bits = _mm256_set1_epi32(static_cast<int>(f32_bits(magic)));
-    round_half = _mm256_set1_epi32((1 << (sh - 1)) - 1);
-    exp_adjust = _mm256_set1_epi32((127 - f.bias) << f.mbits);
-    nan_code = _mm256_set1_epi32(f.has_nan ? f.nan_code : 0);
+    const ElemConsts c(t);
+    max_normal = _mm256_set1_ps(c.max_normal);
+    min_normal = _mm256_set1_ps(c.min_normal);
+    sub_magic = _mm256_set1_ps(c.sub_magic);
+    sub_magic_bits = _mm256_set1_epi32(static_cast<int>(c.sub_magic_bits));
+    round_half = _mm256_set1_epi32(static_cast<int>(c.round_half));
+    exp_adjust = _mm256_set1_epi32(static_cast<int>(c.exp_adjust));
+    nan_code = _mm256_set1_epi32(static_cast<int>(c.nan_code));
     sign_in = _mm256_set1_epi32(static_cast<int>(0x80000000u));
     one = _mm256_set1_epi32(1);
     abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-    shift = _mm_cvtsi32_si128(sh);
-    sign_shift = _mm_cvtsi32_si128(32 - f.bits);
-    dec_mul = _mm256_set1_ps(std::ldexp(1.0f, 127 - f.bias));
-    dec_signbit = _mm256_set1_epi32(f.sign_bit());
-    dec_special_min = _mm256_set1_epi32(f.has_inf ? 0x7C : 0x7F);
-    has_nan = f.has_nan;
-    has_inf = f.has_inf;
-    emin = _mm256_set1_epi32(f.emin());
-    mbits = _mm256_set1_epi32(f.mbits);
+    shift = _mm_cvtsi32_si128(c.shift);
+    sign_shift = _mm_cvtsi32_si128(c.sign_shift);
+    dec_mul = _mm256_set1_ps(c.dec_mul);
+    dec_signbit = _mm256_set1_epi32(static_cast<int>(c.dec_signbit));
+    dec_special_min = _mm256_set1_epi32(static_cast<int>(c.dec_special_min));
+    has_nan = c.has_nan;
+    has_inf = c.has_inf;
+    emin = _mm256_set1_epi32(c.emin);
+    mbits = _mm256_set1_epi32(c.mbits);
   }
 };
 

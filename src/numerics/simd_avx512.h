@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "numerics/elem_consts.h"
 #include "numerics/formats.h"
 #include "numerics/mx.h"
 
@@ -48,32 +49,29 @@ struct SimdElem {
   float inv_max_normal;  // 1 / max_normal, rounded as mx_scale_byte rounds it
   int emax;
 
-  explicit SimdElem(ElemType t) : type(t) {
-    const ElemTraits& f = elem_traits(t);
-    emin = f.emin();
-    mbits = f.mbits;
-    const int sh = 23 - f.mbits;
-    max_normal = _mm512_set1_ps(f.max_normal);
-    min_normal = _mm512_set1_ps(std::ldexp(1.0f, emin));
-    // Adding 2^(emin - mbits + 23) rounds (RNE) to a multiple of the subnormal step.
-    const float magic = std::ldexp(1.0f, emin - f.mbits + 23);
-    sub_magic = _mm512_set1_ps(magic);
-    sub_magic_bits = _mm512_set1_epi32(static_cast<int>(f32_bits(magic)));
-    round_half = _mm512_set1_epi32((1 << (sh - 1)) - 1);
-    exp_adjust = _mm512_set1_epi32((127 - f.bias) << f.mbits);
-    nan_code = _mm512_set1_epi32(f.has_nan ? f.nan_code : 0);
+  explicit SimdElem(ElemType t) : SimdElem(t, ElemConsts(t)) {}
+  SimdElem(ElemType t, const ElemConsts& c) : type(t) {
+    emin = c.emin;
+    mbits = c.mbits;
+    max_normal = _mm512_set1_ps(c.max_normal);
+    min_normal = _mm512_set1_ps(c.min_normal);
+    sub_magic = _mm512_set1_ps(c.sub_magic);
+    sub_magic_bits = _mm512_set1_epi32(static_cast<int>(c.sub_magic_bits));
+    round_half = _mm512_set1_epi32(static_cast<int>(c.round_half));
+    exp_adjust = _mm512_set1_epi32(static_cast<int>(c.exp_adjust));
+    nan_code = _mm512_set1_epi32(static_cast<int>(c.nan_code));
     sign_in = _mm512_set1_epi32(static_cast<int>(0x80000000u));
     one = _mm512_set1_epi32(1);
-    shift = _mm_cvtsi32_si128(sh);
-    sign_shift = 32 - f.bits;
-    dec_mul = _mm512_set1_ps(std::ldexp(1.0f, 127 - f.bias));
-    dec_signbit = _mm512_set1_epi32(f.sign_bit());
-    dec_special_min = _mm512_set1_epi32(f.has_inf ? 0x7C : 0x7F);
-    dec_sign_shift = _mm_cvtsi32_si128(32 - f.bits);
-    has_nan = f.has_nan;
-    has_inf = f.has_inf;
-    inv_max_normal = 1.0f / f.max_normal;
-    emax = f.emax;
+    shift = _mm_cvtsi32_si128(c.shift);
+    sign_shift = c.sign_shift;
+    dec_mul = _mm512_set1_ps(c.dec_mul);
+    dec_signbit = _mm512_set1_epi32(static_cast<int>(c.dec_signbit));
+    dec_special_min = _mm512_set1_epi32(static_cast<int>(c.dec_special_min));
+    dec_sign_shift = _mm_cvtsi32_si128(c.sign_shift);
+    has_nan = c.has_nan;
+    has_inf = c.has_inf;
+    inv_max_normal = c.inv_max_normal;
+    emax = c.emax;
   }
 };
 
