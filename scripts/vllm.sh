@@ -88,4 +88,4 @@ echo "vllm.sh: installing python/adapters/vllm (mxrl-vllm)"
 "${pip[@]}" --no-deps --no-build-isolation ./python/adapters/vllm
 echo "vllm.sh: pytest python/adapters/vllm/tests"
 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 MXRL_BIN="$PWD/build/mxrl" \
-  "$py" -m pytest -q python/adapters/vllm/tests "$@"
+  "$py" -m pytest -q --durations=8 python/adapters/vllm/tests "$@"
