@@ -16,20 +16,20 @@ inline void cpu_relax() {
 
 // Polls done() for about 100 us before the caller blocks on a condition
 // variable: long enough to span the gap between two kernels of a step. A
-// count of PAUSEs (2048 before) lasts anywhere from 3 to 40 us depending on
-// the CPU; where it ran out before the other thread came back, each
-// parallel_for paid two wake-ups (tens of microseconds each on a VM) and an
-// M = 1 GEMM of 2 MiB ran at 7 GFLOP/s instead of 60.
+// count of PAUSEs (2048 before) lasts as long as the CPU's PAUSE makes it;
+// on the AVX2 EPYC it ran out before the other thread came back, each
+// parallel_for then paid two wake-ups (tens of microseconds each on a VM),
+// and an M = 1 GEMM of 2 MiB ran at 7 GFLOP/s instead of 55-60.
 template <typename Done>
-bool spin_until(Done done) {
+void spin_until(Done done) {
   using Clock = std::chrono::steady_clock;
   const auto end = Clock::now() + std::chrono::microseconds(100);
   for (;;) {
     for (int i = 0; i < 32; ++i) {
-      if (done()) return true;
+      if (done()) return;
       cpu_relax();
     }
-    if (Clock::now() >= end) return done();
+    if (Clock::now() >= end) return;
   }
 }
 
