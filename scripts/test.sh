@@ -8,7 +8,12 @@
 # Every build here treats warnings as errors (MXRL_WERROR: gcc for the Release
 # build and the Python module, which reuses its build folder; clang for the
 # sanitizer build).
-# Each phase ends with a line saying how long it took.
+# Each phase ends with a line saying how long it took. The sanitizer build
+# starts right after the Release build and runs in the background at the lowest
+# priority (nice 19): the Release tests, pip's downloads and the mostly
+# single-threaded Python suites leave a core idle much of the time (the vLLM
+# adapter's suite used 1.3 of 2 cores), and the sanitizer build, the longest
+# phase, fills it. Its output goes to build-san/build.log, printed if it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -20,11 +25,22 @@ phase() {  # phase NAME COMMAND...: runs it, then prints its wall time
 }
 jobs=$(nproc)
 phase "release build" env MXRL_WERROR=ON bash scripts/build.sh
+CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON -DMXRL_WERROR=ON >/dev/null
+setsid nice -n 19 cmake --build build-san -j"$jobs" >build-san/build.log 2>&1 &
+san_build=$!  # its own process group (setsid): a failed phase stops the whole build
+trap 'kill -- -"$san_build" 2>/dev/null || true' EXIT
 phase "release tests" ctest --test-dir build --output-on-failure -j"$jobs"
 phase "python package" bash scripts/python.sh
 phase "vllm adapter" bash scripts/vllm.sh
-CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON -DMXRL_WERROR=ON >/dev/null
-phase "sanitizer build" cmake --build build-san -j"$jobs"
+wait_san_build() {
+  if ! wait "$san_build"; then
+    tail -n 60 build-san/build.log
+    echo "test.sh: the sanitizer build failed (build-san/build.log)"
+    return 1
+  fi
+}
+phase "sanitizer build (rest of it)" wait_san_build
+trap - EXIT
 phase "sanitizer tests" env UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs" -LE nosan
