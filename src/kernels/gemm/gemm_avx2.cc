@@ -94,9 +94,12 @@ void decode_bf16(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, float
     }
 }
 
-// 8 codes (the low 8 bytes), sign-extended, shifted, masked, times their scales.
-inline __m256 code_values(__m128i bytes8, __m128i shift, __m256i magsign, __m256 s) {
-  const __m256i v = _mm256_and_si256(_mm256_sll_epi32(_mm256_cvtepi8_epi32(bytes8), shift), magsign);
+// 8 codes (the low 8 bytes), sign-extended, shifted left by Sh = 23 - mbits
+// into the FP32 fields, masked to sign and magnitude, times their scales: the
+// one MX decode of both paths (decode_mx_fast, and mx_w8 on the direct path).
+template <int Sh>
+inline __m256 code_values(__m128i bytes8, __m256i magsign, __m256 s) {
+  const __m256i v = _mm256_and_si256(_mm256_slli_epi32(_mm256_cvtepi8_epi32(bytes8), Sh), magsign);
   return _mm256_mul_ps(_mm256_castsi256_ps(v), s);
 }
 
@@ -115,15 +118,14 @@ inline __m256 folded_scales8(__m128i bytes8, int fold) {
 // it is the value times the scale in one exact product (NaN for a NaN scale).
 // Under FTZ a product below FP32's normal range is a signed zero: the DAZ the
 // pair chain applies to it. Bytes 16q.. hold columns 8q.. (even bytes) and 16 + 8q.. (odd).
-// Rows [k0, k1) (multiples of 32) into out[(k - k0) * 32 ..].
-void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, float* out) {
-  const ElemTraits& f = elem_traits(w.elem());
-  const int sh = 23 - f.mbits, fold = 127 - f.bias;
-  const __m256i magsign = _mm256_set1_epi32(static_cast<int>(0x80000000u | (0x7Fu << sh)));
+// Rows [k0, k1) (multiples of 32) into out[(k - k0) * 32 ..]. Sh: 23 - mbits.
+template <int Sh>
+void decode_mx_fast_t(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, float* out) {
+  const int fold = 127 - elem_traits(w.elem()).bias;
+  const __m256i magsign = _mm256_set1_epi32(static_cast<int>(0x80000000u | (0x7Fu << Sh)));
   const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   const auto* codes = static_cast<const uint8_t*>(w.panel_data(p));
   const uint8_t* sc = w.panel_mx_scales(p);
-  const __m128i shift = _mm_cvtsi32_si128(sh);
   for (int64_t g = k0 / kMxBlock; g < k1 / kMxBlock; ++g) {
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + g * kPanel));
     const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + g * kPanel + 16));
@@ -134,12 +136,17 @@ void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, fl
       float* o = out + (k - k0) * kPanel;
       const __m128i a = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)), split);
       const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16)), split);
-      _mm256_storeu_ps(o, code_values(a, shift, magsign, s0));
-      _mm256_storeu_ps(o + 8, code_values(b, shift, magsign, s1));
-      _mm256_storeu_ps(o + 16, code_values(_mm_srli_si128(a, 8), shift, magsign, s2));
-      _mm256_storeu_ps(o + 24, code_values(_mm_srli_si128(b, 8), shift, magsign, s3));
+      _mm256_storeu_ps(o, code_values<Sh>(a, magsign, s0));
+      _mm256_storeu_ps(o + 8, code_values<Sh>(b, magsign, s1));
+      _mm256_storeu_ps(o + 16, code_values<Sh>(_mm_srli_si128(a, 8), magsign, s2));
+      _mm256_storeu_ps(o + 24, code_values<Sh>(_mm_srli_si128(b, 8), magsign, s3));
     }
   }
+}
+// E4M3 (Sh 20) or E5M2 (Sh 21), chosen once per call.
+void decode_mx_fast(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, float* out) {
+  if (w.elem() == ElemType::E4M3) return decode_mx_fast_t<20>(w, p, k0, k1, out);
+  decode_mx_fast_t<21>(w, p, k0, k1, out);
 }
 
 // One row's 32 chains (a panel: the direct path), named for the same reason.
@@ -257,12 +264,10 @@ constexpr int kDirectRows = 2;
 
 inline int mx_lane_col(int pos) { return pos % 2 == 0 ? pos / 2 : 16 + pos / 2; }
 
-// 8 codes at c, sign-extended, shifted into the FP32 fields, masked, times
-// their folded scales sc[0..8).
+// 8 codes at c times their folded scales sc[0..8) (code_values).
 template <int Sh>
 inline __m256 mx_w8(const uint8_t* c, __m256i magsign, const float* sc) {
-  const __m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
-  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(e, Sh), magsign)), _mm256_load_ps(sc));
+  return code_values<Sh>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)), magsign, _mm256_load_ps(sc));
 }
 
 template <int Sh>
