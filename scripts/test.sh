@@ -13,7 +13,10 @@
 # priority (nice 19): the Release tests, pip's downloads and the mostly
 # single-threaded Python suites leave a core idle much of the time (the vLLM
 # adapter's suite used 1.3 of 2 cores), and the sanitizer build, the longest
-# phase, fills it. Its output goes to build-san/build.log, printed if it fails.
+# phase, fills it. (Not in a session of its own, setsid: with the kernel's
+# autogroups each session gets an equal share whatever its nice value, and the
+# Release tests took twice as long.) Its output goes to build-san/build.log,
+# printed if it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -27,8 +30,10 @@ jobs=$(nproc)
 phase "release build" env MXRL_WERROR=ON bash scripts/build.sh
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMXRL_SANITIZE=ON -DMXRL_FUZZ=ON -DMXRL_WERROR=ON >/dev/null
-setsid nice -n 19 cmake --build build-san -j"$jobs" >build-san/build.log 2>&1 &
-san_build=$!  # its own process group (setsid): a failed phase stops the whole build
+set -m  # job control: the build gets a process group of its own, so a failed phase can stop all of it
+nice -n 19 cmake --build build-san -j"$jobs" >build-san/build.log 2>&1 &
+san_build=$!
+set +m
 trap 'kill -- -"$san_build" 2>/dev/null || true' EXIT
 phase "release tests" ctest --test-dir build --output-on-failure -j"$jobs"
 phase "python package" bash scripts/python.sh
