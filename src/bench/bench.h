@@ -4,6 +4,7 @@
 // stdout. The CLI (cli/bench_cmd.cc) parses the options into these structs
 // and calls run_*; the defaults here are the CLI's.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct BenchGemmOptions {
   bool json = false;
   bool quick = false;
   double min_time = 0.2;
+  // Shapes {M, N, K} to measure instead of the default set (--shape MxNxK).
+  std::vector<std::array<int64_t, 3>> shapes;
 };
 void bench_gemm(const BenchGemmOptions& a);
 

@@ -27,6 +27,7 @@
 #include "bench/bench_util.h"
 #include "kernels/gemm/gemm.h"
 #include "numerics/mx.h"
+#include "util/error.h"
 #include "util/progress.h"
 #include "util/thread_pool.h"
 
@@ -126,6 +127,9 @@ std::vector<DecodeRow> decode_kernel_rows(const Exec& exec, int max_threads, dou
 }  // namespace
 
 void bench_gemm(const BenchGemmOptions& a) {
+  for (const auto& [m, n, k] : a.shapes)
+    if (k % kMxBlock != 0)
+      fail("bench gemm: --shape {}x{}x{}: K must be a multiple of {} (the MXFP8 column's blocks)", m, n, k, kMxBlock);
   const nlohmann::json provenance = bench_provenance(a.pair_kernel);
   // The AMX columns: where it runs and is not already what the bf16 / mxfp8 columns use.
   const bool amx_cols = detail::amx_available() && resolve_pair_kernel(a.pair_kernel, 1) != PairKernel::Amx;
@@ -133,13 +137,23 @@ void bench_gemm(const BenchGemmOptions& a) {
   set_onednn_threads(pool.size());
   const Exec exec{&pool, Backend::Auto, a.pair_kernel};
   const Exec amx_exec{&pool, Backend::Auto, PairKernel::Amx};
-  std::vector<int64_t> ms = {1, 32, 512, 4096};
-  std::vector<std::pair<int64_t, int64_t>> nks = {{1024, 1024}, {3072, 1024}, {1024, 3072}};
-  if (a.quick) {
-    ms = {1, 32, 512};
-    nks = {{1024, 1024}};
+  // Per weight shape (N, K), the Ms measured with it: every M of the default
+  // set with every (N, K), or --shape's, grouped by their (N, K) in order.
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<int64_t>>> plan;
+  if (!a.shapes.empty()) {
+    for (const auto& [m, n, k] : a.shapes) {
+      auto it = std::find_if(plan.begin(), plan.end(), [&](const auto& p) { return p.first == std::pair{n, k}; });
+      if (it == plan.end()) it = plan.insert(plan.end(), {{n, k}, {}});
+      it->second.push_back(m);
+    }
+  } else {
+    const std::vector<int64_t> ms = a.quick ? std::vector<int64_t>{1, 32, 512} : std::vector<int64_t>{1, 32, 512, 4096};
+    for (auto nk : a.quick ? std::vector<std::pair<int64_t, int64_t>>{{1024, 1024}}
+                           : std::vector<std::pair<int64_t, int64_t>>{{1024, 1024}, {3072, 1024}, {1024, 3072}})
+      plan.push_back({nk, ms});
   }
-  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  int64_t max_m = 0;
+  for (const auto& p : plan) max_m = std::max(max_m, *std::max_element(p.second.begin(), p.second.end()));
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0, 1);
   Progress progress;
@@ -147,7 +161,10 @@ void bench_gemm(const BenchGemmOptions& a) {
   nlohmann::json packs = nlohmann::json::array();
   std::string impl_bf16, impl_f32;
 
-  for (auto [n, k] : nks) {
+  progress.show("  measuring the FMA peak");
+  const FmaPeak peak = measure_fma_peak(pool);
+  for (const auto& [nk, ms] : plan) {
+    const auto [n, k] = nk;
     // Weights: a BF16 compute copy, its MXFP8 row quantization, and its FP32 widening.
     std::vector<float> wf(n * k);
     for (auto& v : wf) v = nd(rng) * 0.02f;
@@ -206,8 +223,11 @@ void bench_gemm(const BenchGemmOptions& a) {
       rows.push_back(r);
     }
   }
-  progress.show("  measuring the M = 1 decode kernels");
-  const std::vector<DecodeRow> decode_rows = decode_kernel_rows(exec, pool.size(), a.min_time);
+  std::vector<DecodeRow> decode_rows;  // the default set's M = 1 kernel table; not with --shape
+  if (a.shapes.empty()) {
+    progress.show("  measuring the M = 1 decode kernels");
+    decode_rows = decode_kernel_rows(exec, pool.size(), a.min_time);
+  }
   progress.clear();
 
   const Backend be = resolve_backend(Backend::Auto);
@@ -221,6 +241,11 @@ void bench_gemm(const BenchGemmOptions& a) {
                       {"onednn_impl_f32", impl_f32},
                       {"mx", "e4m3 rceil row"},
                       {"pack", packs},
+                      {"fma_peak",
+                       {{"lanes", peak.lanes},
+                        {"gflops_one_thread", peak.one_thread},
+                        {"gflops_per_thread_all_at_once", peak.all_threads},
+                        {"threads", peak.threads}}},
                       {"results", nlohmann::json::array()}};
   if (!a.json) {
     fmt::print(
@@ -230,6 +255,10 @@ void bench_gemm(const BenchGemmOptions& a) {
         amx_cols ? "; amx-bf16 / amx-mx: the AMX pair kernel (batch-invariant, not the reference chain)" : "",
         bench_provenance_text(provenance),
         dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, impl_bf16, impl_f32);
+    if (peak.lanes > 0)
+      fmt::print("FP32 FMA peak, {}-lane FMAs in a loop: {:.1f} GFLOP/s on one thread, {:.1f} per thread with all {} "
+                 "at once ({:.1f} in all)\n",
+                 peak.lanes, peak.one_thread, peak.all_threads, peak.threads, peak.all_threads * peak.threads);
     fmt::print("{:>5} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8} {:>8} {:>9}", "M", "N", "K", "bf16",
                "mxfp8", "f32", "dnnl-bf16", "dnnl-f32", "bf16/df", "mx/df", "f32/df", "bf16/dbf");
     if (amx_cols) fmt::print(" | {:>8} {:>8} {:>9}", "amx-bf16", "amx-mx", "amxb/dbf");
@@ -279,12 +308,14 @@ void bench_gemm(const BenchGemmOptions& a) {
                                    {"gbs_mx_lut", r.gbs_lut},
                                    {"gbs_mx_shift", r.gbs_shift},
                                    {"lut_enabled", detail::pair_lut_enabled()}});
-  if (!a.json) {
+  if (!a.json && !decode_rows.empty())
     fmt::print("M = 1, GB/s of packed weight bytes (the better of 2 interleaved medians); mx-lut: table-lookup E4M3 "
                "decode{}, mx-shift: shift-and-multiply decode (same bits)\n",
                detail::pair_lut_enabled() ? "" : " (NOT available here: no AVX512_VBMI; both columns are mx-shift)");
-    fmt::print("{:>7} {:>6} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9}\n", "threads", "N", "K", "bf16", "mx-lut",
-               "mx-shift", "lut/shift", "lut/bf16");
+  if (!a.json) {
+    if (!decode_rows.empty())
+      fmt::print("{:>7} {:>6} {:>5} | {:>8} {:>8} {:>8} | {:>9} {:>9}\n", "threads", "N", "K", "bf16", "mx-lut",
+                 "mx-shift", "lut/shift", "lut/bf16");
     for (const DecodeRow& r : decode_rows)
       fmt::print("{:>7} {:>6} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>9.2f} {:>9.2f}\n", r.threads, r.n, r.k, r.gbs_bf16,
                  r.gbs_lut, r.gbs_shift, r.gbs_lut / r.gbs_shift, r.gbs_lut / r.gbs_bf16);

@@ -38,6 +38,17 @@ inline double time_median(const std::function<void()>& fn, double min_time) {
   return median(std::move(t));
 }
 
+// The FP32 FMA peak of this machine as a loop of independent FMAs measures
+// it (fma_peak.cc), in the widest vectors the backend uses (8 lanes on AVX2,
+// 16 on AVX-512): GFLOP/s of one thread alone, and per thread with every
+// thread of the pool at once. What GEMM figures are read against. lanes 0:
+// no vector FMA (the scalar backend), nothing measured.
+struct FmaPeak {
+  int lanes = 0, threads = 0;
+  double one_thread = 0, all_threads = 0;
+};
+FmaPeak measure_fma_peak(ThreadPool& pool);
+
 // What a bench's figures were measured with, for its header and its --json
 // object ("provenance"): the version and git commit of the build, the CPU's
 // model name, the ISA features that decide the kernels (avx512, avx512_bf16,

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <memory>
+#include <string>
 
 #include "bench/bench.h"
 #include "cli/commands.h"
@@ -12,6 +14,21 @@
 namespace mxrl {
 
 namespace {
+
+// "MxNxK" as {M, N, K}, each a positive integer (--shape of bench gemm).
+std::array<int64_t, 3> parse_gemm_shape(const std::string& s) {
+  std::array<int64_t, 3> v{};
+  size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t end = i < 2 ? s.find('x', pos) : s.size();
+    const std::string part = end == std::string::npos ? std::string() : s.substr(pos, end - pos);
+    const bool digits = !part.empty() && part.size() <= 9 && part.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || (v[i] = std::stoll(part)) < 1)
+      throw CLI::ValidationError("--shape", fmt::format("'{}' is not MxNxK with M, N, K positive integers below 10^9", s));
+    pos = end + 1;
+  }
+  return v;
+}
 
 void add_bench_quantize(CLI::App* bench) {
   auto a = std::make_shared<BenchQuantizeOptions>();
@@ -37,6 +54,13 @@ void add_bench_gemm(CLI::App* bench) {
   add_kernels_option(g, kernels.get());
   g->add_flag("--json", a->json, "Print one JSON object (last line) instead of a table");
   g->add_flag("--quick", a->quick, "Fewer shapes (M in {1, 32, 512}, N = K = 1024)");
+  g->add_option_function<std::vector<std::string>>(
+      "--shape",
+      [a](const std::vector<std::string>& v) {
+        for (const std::string& s : v) a->shapes.push_back(parse_gemm_shape(s));
+      },
+      "Measure this shape MxNxK (Y[M,N] = X[M,K] W[N,K]^T, K a multiple of 32) instead of the default set "
+      "(and without the M = 1 kernel table); repeatable");
   g->add_option("--min-time", a->min_time, "Minimum seconds per measurement")
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();

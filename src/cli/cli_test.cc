@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include "testing/cli.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -290,6 +292,35 @@ TEST_F(Cli, BenchGemmQuickJsonNamesThePairKernel) {
     }
     EXPECT_EQ(pk["how"], *forced ? "MXRL_PAIR_KERNEL=fma" : pk["how"].get<std::string>());
   }
+}
+
+// --shape measures exactly the shapes asked for, grouped by weight; the FMA
+// peak the figures are read against is in the output; a malformed or an
+// MX-incompatible shape is one line.
+TEST_F(Cli, BenchGemmShapesAndFmaPeak) {
+  const CmdResult r = run("bench gemm --shape 3x64x96 --shape 1x32x64 --shape 2x64x96 --json --min-time 0 --threads 1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1));
+  std::vector<std::array<int64_t, 3>> got;
+  for (const auto& row : j["results"]) got.push_back({row["m"], row["n"], row["k"]});
+  const std::vector<std::array<int64_t, 3>> want = {{3, 64, 96}, {2, 64, 96}, {1, 32, 64}};
+  EXPECT_EQ(got, want);
+  const auto& pk = j["fma_peak"];
+  EXPECT_EQ(pk["lanes"], cpu_features().avx512 ? 16 : cpu_features().avx2 ? 8 : 0);
+  if (pk["lanes"] != 0) {
+    EXPECT_GT(pk["gflops_one_thread"].get<double>(), 0.1);
+    EXPECT_GT(pk["gflops_per_thread_all_at_once"].get<double>(), 0.1);
+    EXPECT_EQ(pk["threads"], 1);
+  }
+  for (const char* bad : {"3x64", "3x64x", "0x64x64", "3xx64", "3x64x64x1", "-1x64x64", "ax64x64"}) {
+    const CmdResult b = run(std::string("bench gemm --shape ") + bad);
+    EXPECT_EQ(b.rc, 2) << bad;
+    EXPECT_NE(b.err.find("is not MxNxK"), std::string::npos) << b.err;
+    EXPECT_EQ(std::count(b.err.begin(), b.err.end(), '\n'), 1) << b.err;
+  }
+  const CmdResult k = run("bench gemm --shape 3x64x48");
+  EXPECT_EQ(k.rc, 1);
+  EXPECT_NE(k.err.find("multiple of 32"), std::string::npos) << k.err;
 }
 
 TEST_F(Cli, BenchQuantizeJson) {
