@@ -20,7 +20,15 @@
 namespace mxrl::detail {
 namespace {
 
-constexpr int64_t kXs2 = kKc / 2 + 8;  // uint32 pairs per packed X row (padded stride)
+// K per cache block of the blocked path: the decoded panel slice (kKcPairs / 2
+// pair rows x 32 columns, 64 KiB) lives in L2 and every tile reads it there;
+// fewer, longer blocks reload and store the partial sums in Y less often. On
+// a Zen 4 EPYC (2 threads; M = 32-4096, N and K 256-151936, two interleaved
+// runs) 1024 ran the GEMM at 0.78-0.96x oneDNN's BF16 matmul against
+// 0.50-0.89x with 256 (the FP32 path's kKc); 128 was slower still. Any block
+// size gives the same bits (gemm_test's K = 2000 and 2048 span blocks).
+constexpr int64_t kKcPairs = 1024;
+constexpr int64_t kXs2 = kKcPairs / 2 + 8;  // uint32 pairs per packed X row (padded stride)
 
 // Lanes j of `even` and `odd` (FP32, exact in BF16) as pairs: bf16(even) low, bf16(odd) high.
 inline __m512i make_pairs(__m512 even, __m512 odd) {
@@ -362,7 +370,7 @@ constexpr std::array<PairTileFn<Mac>, sizeof...(R)> pair_tile_table(std::integer
 // Per-thread buffers: X pairs and one decoded panel slice (kernels/gemm/aligned_scratch.h).
 struct PairScratch {
   AlignedScratch<uint32_t> x;
-  AlignedScratch<uint32_t> wb{kKc / 2 * kPanel};
+  AlignedScratch<uint32_t> wb{kKcPairs / 2 * kPanel};
 };
 
 template <class Mac, Src S>
@@ -389,8 +397,8 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
   const int64_t tiles = (rows + kMr - 1) / kMr;
   uint32_t* xp = scratch.x.get(static_cast<size_t>(tiles * kMr * kXs2));
   uint32_t* const wb = scratch.wb.data();
-  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-    const int64_t k1 = std::min(K, k0 + kKc), kc = k1 - k0, kp = (kc + 1) / 2;
+  for (int64_t k0 = 0; k0 < K; k0 += kKcPairs) {
+    const int64_t k1 = std::min(K, k0 + kKcPairs), kc = k1 - k0, kp = (kc + 1) / 2;
     for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K + k0, kc, xp + r * kXs2);
     for (int64_t p = p0; p < p1; ++p) {
       switch (panel_src<S>(w, p)) {
