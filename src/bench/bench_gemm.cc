@@ -142,7 +142,8 @@ void bench_gemm(const BenchGemmOptions& a) {
   std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<int64_t>>> plan;
   if (!a.shapes.empty()) {
     for (const auto& [m, n, k] : a.shapes) {
-      const std::pair<int64_t, int64_t> nk{n, k};  // a lambda may not capture a structured binding before C++20's P1091 (clang 14)
+      // Named, not captured: clang 14 lacks C++20's capture of structured bindings (P1091).
+      const std::pair<int64_t, int64_t> nk{n, k};
       auto it = std::find_if(plan.begin(), plan.end(), [&](const auto& p) { return p.first == nk; });
       if (it == plan.end()) it = plan.insert(plan.end(), {nk, {}});
       it->second.push_back(m);

@@ -10,7 +10,7 @@ namespace {
 constexpr int kPanel = PackedWeight::kPanel;
 constexpr int kMr = 12;         // rows of a register tile (blocked path): 24 accumulators
 constexpr int64_t kMc = 192;    // rows per block handed to run(); a multiple of kMr
-constexpr int64_t kKc = 256;    // K per cache block (scratch slice 32 KiB)
+constexpr int64_t kKc = 256;    // K per cache block of the FP32 kernels (scratch slice 32 KiB); pairs: kKcPairs
 constexpr int kDirectRows = 6;  // up to this many rows: decode on the fly
 
 // How a panel's weights become FP32. Fast20 / Fast21: E4M3 / E5M2 codes of a
