@@ -33,6 +33,20 @@ void spin_until(Done done) {
   }
 }
 
+// fn(b, e) as a task (nested parallel_for calls run serially); an exception
+// is returned, not thrown, so that no chunk leaves its pool mid-call.
+std::exception_ptr run_chunk(const std::function<void(int64_t, int64_t)>& fn, int64_t b, int64_t e) {
+  std::exception_ptr err;
+  t_in_task = true;
+  try {
+    fn(b, e);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  t_in_task = false;
+  return err;
+}
+
 std::pair<int64_t, int64_t> chunk_range(int64_t n, int chunks, int i) {
   const int64_t base = n / chunks, extra = n % chunks;
   const int64_t b = i * base + std::min<int64_t>(i, extra);
@@ -72,9 +86,10 @@ void ThreadPool::worker_loop(int id) {
     if (id < chunks) {
       auto [b, e] = chunk_range(n, chunks, id);
       const auto t0 = trace.timeline ? Timeline::Clock::now() : Timeline::Clock::time_point{};
-      t_in_task = true;
-      (*task)(b, e);
-      t_in_task = false;
+      if (std::exception_ptr err = run_chunk(*task, b, e)) {
+        std::lock_guard elk(mu_);
+        if (!error_) error_ = err;
+      }
       if (trace.timeline) trace.timeline->span(trace.phase, t0, Timeline::Clock::now());
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -103,13 +118,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   start_cv_.notify_all();
   auto [b, e] = chunk_range(n, chunks, 0);
-  t_in_task = true;
-  fn(b, e);
-  t_in_task = false;
+  std::exception_ptr err = run_chunk(fn, b, e);  // workers read fn: wait for them before leaving
   spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
   std::unique_lock lk(mu_);
   done_cv_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   task_ = nullptr;
+  if (!err) err = error_;
+  error_ = nullptr;
+  lk.unlock();
+  if (err) std::rethrow_exception(err);
 }
 
 void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -23,7 +24,9 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // fn(begin, end) over chunks of at least `grain` indices; the caller runs
-  // one chunk itself. A call from inside a task runs serially.
+  // one chunk itself. A call from inside a task runs serially. If chunks
+  // throw, parallel_for returns only after every chunk has finished and then
+  // rethrows one of the exceptions (the caller's own first).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
   static int hardware_threads();
@@ -37,6 +40,7 @@ class ThreadPool {
   TraceContext trace_;  // the caller's: workers record their chunk as a span of its phase
   int64_t n_ = 0;
   int chunks_ = 0;
+  std::exception_ptr error_;  // a worker chunk's exception (under mu_)
   // Written under mu_; also read without it while spinning (waking a
   // sleeping thread costs tens of microseconds, more than small tasks).
   std::atomic<uint64_t> generation_{0};

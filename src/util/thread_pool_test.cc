@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace mxrl {
@@ -36,6 +40,38 @@ TEST(ThreadPool, NestedCallsRunSeriallyAndRespectGrain) {
       4);
   EXPECT_EQ(outer_chunks.load(), 2);  // 8 indices, grain 4
   EXPECT_EQ(sum.load(), 8 * 45);
+}
+
+// A chunk that throws, the caller's (index 0) or a worker's (the last index):
+// parallel_for rethrows it only after every other chunk has finished (they
+// read the caller's fn), and the pool runs the next call normally.
+TEST(ThreadPool, RethrowsAChunksExceptionAfterEveryChunkFinished) {
+  ThreadPool pool(4);
+  for (int64_t bad : {int64_t{0}, int64_t{7}}) {
+    std::vector<std::atomic<int>> hits(8);
+    try {
+      pool.parallel_for(8, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          if (i == bad) throw std::runtime_error("chunk " + std::to_string(i));
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // still running when the throw happens
+          hits[i]++;
+        }
+      });
+      ADD_FAILURE() << "no exception for index " << bad;
+    } catch (const std::runtime_error& err) {
+      EXPECT_EQ(std::string(err.what()), "chunk " + std::to_string(bad));
+    }
+    for (int64_t i = 0; i < 8; ++i) {  // 4 chunks of 2: only the throwing index's chunk stopped early
+      if (i / 2 != bad / 2) {
+        EXPECT_EQ(hits[i].load(), 1) << "bad " << bad << " index " << i;
+      }
+    }
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(100, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    EXPECT_EQ(sum.load(), 4950);
+  }
 }
 
 TEST(ThreadPool, NullPoolIsSerial) {
