@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -241,13 +242,19 @@ Engine::Row Engine::attach(Seq& s) {
   return {e.logits.data(), e.version};
 }
 
-bool Engine::sample_next(Seq& s, const Row& row) {
+// The next token of s from its logits row; a pure function of the request's
+// seed, the sample and the step (safe to call for many samples at once).
+Sampled Engine::draw(const Seq& s, const Row& row, std::vector<float>& scratch) const {
   const GenerationRequest& r = requests_[s.request];
-  const int64_t V = plan_.model->config().vocab_size;
   const int64_t step = static_cast<int64_t>(s.out.tokens.size());
   const double u =
       sample_uniform(r.seed, static_cast<uint64_t>(r.id), static_cast<uint64_t>(s.index), static_cast<uint64_t>(step));
-  const Sampled tok = sample_token(row.logits, V, r.sampling, u, scratch_);
+  return sample_token(row.logits, plan_.model->config().vocab_size, r.sampling, u, scratch);
+}
+
+bool Engine::record(Seq& s, const Row& row, const Sampled& tok) {
+  const GenerationRequest& r = requests_[s.request];
+  const int64_t V = plan_.model->config().vocab_size;
   s.out.tokens.push_back(tok.token);
   s.out.logprobs.push_back(tok.logprob);
   s.out.token_versions.push_back(row.version);
@@ -292,8 +299,20 @@ std::vector<GeneratedSample> Engine::step() {
   std::vector<GeneratedSample> done;
   if (running_.empty()) return done;
   const std::vector<Row> rows = compute_rows(fresh);
+  // The draws (each a softmax over the vocabulary: at batch 32 on the
+  // 0.6B shape, 16 ms of a step on one thread) in parallel, in fixed chunks
+  // with a scratch each; then recorded in running order.
+  const int64_t n = static_cast<int64_t>(running_.size());
+  const int64_t chunks = std::min<int64_t>(n, exec_.pool ? exec_.pool->size() : 1);
+  if (static_cast<int64_t>(scratch_.size()) < chunks) scratch_.resize(static_cast<size_t>(chunks));
+  std::vector<Sampled> drawn(running_.size());
+  parallel_for(exec_.pool, chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t i = c * n / chunks; i < (c + 1) * n / chunks; ++i)
+        drawn[i] = draw(*running_[i], rows[i], scratch_[c]);
+  });
   std::vector<bool> finished(running_.size(), false);
-  for (size_t i = 0; i < running_.size(); ++i) finished[i] = sample_next(*running_[i], rows[i]);
+  for (size_t i = 0; i < running_.size(); ++i) finished[i] = record(*running_[i], rows[i], drawn[i]);
   release_unused_prefixes();  // after the copies; the rows above are no longer read
   return retire(finished);
 }

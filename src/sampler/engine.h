@@ -215,7 +215,8 @@ class Engine {
   void drop_prefixes();
   std::vector<Row> compute_rows(const std::vector<PrefixEntry*>& fresh);
   Row attach(Seq& s);
-  bool sample_next(Seq& s, const Row& row);  // true when the sample finished
+  Sampled draw(const Seq& s, const Row& row, std::vector<float>& scratch) const;
+  bool record(Seq& s, const Row& row, const Sampled& tok);  // true when the sample finished
   std::vector<GeneratedSample> retire(const std::vector<bool>& finished);
 
   std::shared_ptr<const Model> model_, staged_;
@@ -231,7 +232,8 @@ class Engine {
   std::map<std::vector<int32_t>, int64_t> waiting_prompts_;  // waiting samples per prompt
   std::map<std::vector<int32_t>, PrefixEntry> prefix_;       // live prefix entries
   int64_t reserved_ = 0;                                     // budget held by running samples and prefix entries
-  std::vector<float> logits_, scratch_;
+  std::vector<float> logits_;
+  std::vector<std::vector<float>> scratch_;  // sample_token's, one per chunk of step()'s draws
   ForwardWorkspace workspace_;  // reused by every step: decode allocates nothing once grown
 };
 
