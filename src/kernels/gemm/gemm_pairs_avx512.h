@@ -176,6 +176,27 @@ inline __m512 mac(__m512 acc, __m512i a, const PairW<Mac>& w) {
   }
 }
 
+// Rows k and k + 1 (+0 where `odd` is false) of a panel as pairs: columns
+// 0-15 (a), 16-31 (b). A BF16 panel row holds column i in 16-bit lane 2i and
+// 16 + i in 2i + 1, so its pairs are two word blends of the raw rows, the
+// same bits as widening to FP32 and merging (make_pairs) in 6 ops instead of 10.
+template <Src S>
+inline void load_pairs(const void* base, int64_t k, bool odd, __m512 s0, __m512 s1, const Ctx& c, __m512i& a,
+                       __m512i& b) {
+  if constexpr (S == Src::BF16) {
+    const uint16_t* r = static_cast<const uint16_t*>(base) + k * kPanel;
+    const __m512i e = _mm512_loadu_si512(r), o = odd ? _mm512_loadu_si512(r + kPanel) : _mm512_setzero_si512();
+    a = _mm512_mask_blend_epi16(0xAAAAAAAAu, e, _mm512_slli_epi32(o, 16));
+    b = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(e, 16), o);
+  } else {
+    __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
+    load_w<S>(base, k, s0, s1, c, e0, e1);
+    if (odd) load_w<S>(base, k + 1, s0, s1, c, o0, o1);
+    a = make_pairs(e0, o0);
+    b = make_pairs(e1, o1);
+  }
+}
+
 // Panel p, k in [k0, k1) (k0 even) as pairs [(k1 - k0 + 1) / 2][32] into out.
 template <Src S>
 void decode_panel_pairs(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, uint32_t* out, const Ctx& c) {
@@ -184,12 +205,11 @@ void decode_panel_pairs(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     load_scales<S>(w, p, g, c, s0, s1);
     for (int64_t k = ka; k < kb; k += 2) {
-      __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
-      load_w<S>(base, k, s0, s1, c, e0, e1);
-      if (k + 1 < kb) load_w<S>(base, k + 1, s0, s1, c, o0, o1);
+      __m512i a, b;
+      load_pairs<S>(base, k, k + 1 < kb, s0, s1, c, a, b);
       uint32_t* d = out + (k - k0) / 2 * kPanel;
-      _mm512_store_si512(d, make_pairs(e0, o0));
-      _mm512_store_si512(d + 16, make_pairs(e1, o1));
+      _mm512_store_si512(d, a);
+      _mm512_store_si512(d + 16, b);
     }
   });
 }
@@ -234,10 +254,9 @@ void pair_direct_kernel(const uint32_t* xq, int64_t K2, const PackedWeight& w, i
     for (int64_t k = ka; k < kb; k += 2) {
 #pragma GCC unroll 8
       for (int q = 0; q < NP; ++q) {
-        __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
-        load_w<S>(base[q], k, s[q][0], s[q][1], c, e0, e1);
-        if (k + 1 < kb) load_w<S>(base[q], k + 1, s[q][0], s[q][1], c, o0, o1);
-        const PairW<Mac> w0(make_pairs(e0, o0)), w1(make_pairs(e1, o1));
+        __m512i pa, pb;
+        load_pairs<S>(base[q], k, k + 1 < kb, s[q][0], s[q][1], c, pa, pb);
+        const PairW<Mac> w0(pa), w1(pb);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512i a = _mm512_set1_epi32(static_cast<int>(xq[r * K2 + k / 2]));
@@ -331,32 +350,88 @@ void pair_direct_rows(const uint32_t* xq, int64_t K2, const PackedWeight& w, int
 
 // ---------------------------------------------------------------------------
 // Blocked path: X pairs packed per tile of kMr rows at stride kXs2, one panel
-// slice decoded to pairs and reused by every tile.
+// slice decoded to pairs and reused by every tile. A tile's three steps:
+// start its R x 32 sums (zero on the first K block, else from Y) ...
+template <int R>
+inline void tile_start(__m512 (&acc)[R][2], const float* y, int64_t ldy, __mmask16 m0, __mmask16 m1, bool first) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y + r * ldy);
+    acc[r][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+  }
+}
+// ... add pair row i of X times the panel's pairs a (columns 0-15), b (16-31) ...
+template <class Mac, int R>
+inline void tile_step(__m512 (&acc)[R][2], const uint32_t* xp, int64_t i, __m512i a, __m512i b) {
+  const PairW<Mac> b0(a), b1(b);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512i x2 = _mm512_set1_epi32(static_cast<int>(xp[r * kXs2 + i]));
+    acc[r][0] = mac<Mac>(acc[r][0], x2, b0);
+    acc[r][1] = mac<Mac>(acc[r][1], x2, b1);
+  }
+}
+// ... and store them.
+template <int R>
+inline void tile_end(const __m512 (&acc)[R][2], float* y, int64_t ldy, __mmask16 m0, __mmask16 m1, bool last) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) store_row(y + r * ldy, acc[r][0], acc[r][1], m0, m1, last);
+}
+
+// R rows over kp decoded pair rows b[kp][32].
 template <class Mac, int R>
 void pair_tile(int64_t kp, const uint32_t* xp, const uint32_t* b, float* y, int64_t ldy, __mmask16 m0, __mmask16 m1,
                bool first, bool last) {
   __m512 acc[R][2];
-  if (first) {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  } else {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      acc[r][0] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      acc[r][1] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+  tile_start<R>(acc, y, ldy, m0, m1, first);
+  for (int64_t i = 0; i < kp; ++i)
+    tile_step<Mac, R>(acc, xp, i, _mm512_load_si512(b + i * kPanel), _mm512_load_si512(b + i * kPanel + 16));
+  tile_end<R>(acc, y, ldy, m0, m1, last);
+}
+
+// The first (full) tile of a panel, decoding the panel slice k in [k0, k1) as
+// it goes: each pair row is decoded as decode_panel_pairs (BF16) or
+// decode_panel_pairs_lut (MX E4M3, a panel_lut panel) would, stored to wb for
+// the panel's other tiles and used at once. The decode's loads, shifts,
+// blends and permutes then issue beside the tile's dot products instead of in
+// a pass of their own: same pairs, same chains, same bits. (Two functions:
+// the lookup needs VBMI, which a BF16 weight must not require.)
+template <class Mac>
+void pair_tile_bf16(const void* base, int64_t k0, int64_t k1, const uint32_t* xp, uint32_t* wb, float* y, int64_t ldy,
+                    __mmask16 m0, __mmask16 m1, bool first, bool last, const Ctx& c) {
+  __m512 acc[kMr][2];
+  tile_start<kMr>(acc, y, ldy, m0, m1, first);
+  for (int64_t k = k0; k < k1; k += 2) {
+    __m512i a, b;
+    load_pairs<Src::BF16>(base, k, k + 1 < k1, _mm512_setzero_ps(), _mm512_setzero_ps(), c, a, b);
+    uint32_t* d = wb + (k - k0) / 2 * kPanel;
+    _mm512_store_si512(d, a);
+    _mm512_store_si512(d + 16, b);
+    tile_step<Mac, kMr>(acc, xp, (k - k0) / 2, a, b);
+  }
+  tile_end<kMr>(acc, y, ldy, m0, m1, last);
+}
+template <class Mac>
+MXRL_PAIR_LUT_TARGET void pair_tile_lut(const PackedWeight& w, int64_t p, int64_t k0, int64_t k1, const uint32_t* xp,
+                                        uint32_t* wb, float* y, int64_t ldy, __mmask16 m0, __mmask16 m1, bool first,
+                                        bool last) {
+  const void* base = w.panel_data(p);
+  const Lut t;
+  __m512 acc[kMr][2];
+  tile_start<kMr>(acc, y, ldy, m0, m1, first);
+  for (int64_t g = k0 / kMxBlock; g < k1 / kMxBlock; ++g) {  // k0, k1: multiples of 32 (MX)
+    __m512i d0, d1;
+    lut_scales(w, p, g, d0, d1);
+    for (int64_t k = g * kMxBlock; k < (g + 1) * kMxBlock; k += 2) {
+      __m512i a, b;
+      lut_pairs(base, k, t, d0, d1, a, b);
+      uint32_t* d = wb + (k - k0) / 2 * kPanel;
+      _mm512_store_si512(d, a);
+      _mm512_store_si512(d + 16, b);
+      tile_step<Mac, kMr>(acc, xp, (k - k0) / 2, a, b);
     }
   }
-  for (int64_t i = 0; i < kp; ++i) {
-    const PairW<Mac> b0(_mm512_load_si512(b + i * kPanel)), b1(_mm512_load_si512(b + i * kPanel + 16));
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const __m512i a = _mm512_set1_epi32(static_cast<int>(xp[r * kXs2 + i]));
-      acc[r][0] = mac<Mac>(acc[r][0], a, b0);
-      acc[r][1] = mac<Mac>(acc[r][1], a, b1);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) store_row(y + r * ldy, acc[r][0], acc[r][1], m0, m1, last);
+  tile_end<kMr>(acc, y, ldy, m0, m1, last);
 }
 
 template <class Mac>
@@ -401,7 +476,9 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
     const int64_t k1 = std::min(K, k0 + kKcPairs), kc = k1 - k0, kp = (kc + 1) / 2;
     for (int64_t r = 0; r < rows; ++r) x_row_pairs<Mac>(x + (m0 + r) * K + k0, kc, xp + r * kXs2);
     for (int64_t p = p0; p < p1; ++p) {
-      switch (panel_src<S>(w, p)) {
+      // A full first tile decodes BF16 and panel_lut panels itself (pair_tile_bf16, pair_tile_lut).
+      const bool fused = rows >= kMr && (S == Src::BF16 || (S == Src::Lut8 && panel_src<S>(w, p) == Src::Lut8));
+      if (!fused) switch (panel_src<S>(w, p)) {
         case Src::Generic: decode_panel_pairs<Src::Generic>(w, p, k0, k1, wb, c); break;
         case Src::Fast20:
           if constexpr (S == Src::Lut8) {
@@ -424,7 +501,15 @@ void pair_run_src(const float* x, const PackedWeight& w, float* y, int64_t m0, i
         if (next)
           for (int64_t l = t * per_tile; l < std::min(lines, (t + 1) * per_tile); ++l)
             _mm_prefetch(next + l * 64, _MM_HINT_T1);
-        kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, y + (m0 + t * kMr) * N + p * kPanel, N, mk0, mk1, k0 == 0, k1 == K);
+        float* yt = y + (m0 + t * kMr) * N + p * kPanel;
+        if (fused && t == 0) {
+          if constexpr (S == Src::Lut8)
+            pair_tile_lut<Mac>(w, p, k0, k1, xp, wb, yt, N, mk0, mk1, k0 == 0, k1 == K);
+          else
+            pair_tile_bf16<Mac>(w.panel_data(p), k0, k1, xp, wb, yt, N, mk0, mk1, k0 == 0, k1 == K, c);
+          continue;
+        }
+        kTilesP[r - 1](kp, xp + t * kMr * kXs2, wb, yt, N, mk0, mk1, k0 == 0, k1 == K);
       }
     }
   }
