@@ -371,6 +371,13 @@ inline void tile_step(__m512 (&acc)[R][2], const uint32_t* xp, int64_t i, __m512
     acc[r][1] = mac<Mac>(acc[r][1], x2, b1);
   }
 }
+// (A panel's first tile also keeps each decoded pair row in wb for the others.)
+template <class Mac, int R>
+inline void tile_keep_step(__m512 (&acc)[R][2], const uint32_t* xp, uint32_t* wb, int64_t i, __m512i a, __m512i b) {
+  _mm512_store_si512(wb + i * kPanel, a);
+  _mm512_store_si512(wb + i * kPanel + 16, b);
+  tile_step<Mac, R>(acc, xp, i, a, b);
+}
 // ... and store them. Meanwhile a tile prefetches its share of the next
 // panel's slice into L2, a line or two per pair row (Ahead::at), for the next
 // panel's first tile. (Issued in one burst before each tile instead, they did
@@ -419,10 +426,7 @@ void pair_tile_bf16(const void* base, int64_t k0, int64_t k1, const uint32_t* xp
     pf.at((k - k0) / 2, (k1 - k0 + 1) / 2);
     __m512i a, b;
     load_pairs<Src::BF16>(base, k, k + 1 < k1, _mm512_setzero_ps(), _mm512_setzero_ps(), c, a, b);
-    uint32_t* d = wb + (k - k0) / 2 * kPanel;
-    _mm512_store_si512(d, a);
-    _mm512_store_si512(d + 16, b);
-    tile_step<Mac, kMr>(acc, xp, (k - k0) / 2, a, b);
+    tile_keep_step<Mac, kMr>(acc, xp, wb, (k - k0) / 2, a, b);
   }
   tile_end<kMr>(acc, y, ldy, m0, m1, last);
 }
@@ -441,10 +445,7 @@ MXRL_PAIR_LUT_TARGET void pair_tile_lut(const PackedWeight& w, int64_t p, int64_
       pf.at((k - k0) / 2, (k1 - k0) / 2);
       __m512i a, b;
       lut_pairs(base, k, t, d0, d1, a, b);
-      uint32_t* d = wb + (k - k0) / 2 * kPanel;
-      _mm512_store_si512(d, a);
-      _mm512_store_si512(d + 16, b);
-      tile_step<Mac, kMr>(acc, xp, (k - k0) / 2, a, b);
+      tile_keep_step<Mac, kMr>(acc, xp, wb, (k - k0) / 2, a, b);
     }
   }
   tile_end<kMr>(acc, y, ldy, m0, m1, last);
