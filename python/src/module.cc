@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/version.h"
 
 namespace nb = nanobind;
@@ -21,6 +22,7 @@ void bind_ops(nb::module_& m);
 NB_MODULE(_mxrl, m) {
   m.doc() = "mxrl's C++ core: MX / FP8 numerics, models, the sampler, weight-sync checks and GRPO runs.";
   m.attr("__version__") = MXRL_VERSION;  // the CLI's too (CMakeLists.txt project VERSION)
+  mxrl::keep_freed_memory();  // as the CLI does (util/memory.h); docs/python.md says so
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

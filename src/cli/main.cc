@@ -1,12 +1,10 @@
 // mxrl: end-to-end MXFP8 reinforcement learning of language models.
-#include <malloc.h>
-
-#include <climits>
 #include <cstdio>
 #include <exception>
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/version.h"
 
 static bool has_command(CLI::App& app, const char* name) {
@@ -15,19 +13,8 @@ static bool has_command(CLI::App& app, const char* name) {
   return false;
 }
 
-// Large buffers are allocated and freed every micro-batch: no longer the
-// activations (forward and backward keep workspaces) but still the backward
-// GEMMs' transposed and packed operands (learner/linear_grad.cc). glibc would
-// mmap each one over 32 MiB afresh and the kernel zero its pages every time;
-// without this, 16k-token micro-batches train 8-18% slower (measured). Serve
-// them from the heap and keep freed memory.
-static void keep_freed_memory() {
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, INT_MAX);
-}
-
 int main(int argc, char** argv) {
-  keep_freed_memory();
+  mxrl::keep_freed_memory();  // util/memory.h: why
   CLI::App app{"mxrl: MXFP8 training and rollout that agree to the bit", "mxrl"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mxrl " MXRL_VERSION);

@@ -25,8 +25,8 @@ int KvCache::add_sequence() {
 void KvCache::reset(int slot) { len_[slot] = 0; }
 
 void KvCache::release(int slot) {
-  std::vector<float>().swap(k_[slot]);
-  std::vector<float>().swap(v_[slot]);
+  k_[slot].reset();
+  v_[slot].reset();
   cap_[slot] = len_[slot] = 0;
   free_.push_back(slot);
 }
@@ -35,9 +35,9 @@ void KvCache::reserve(int slot, int64_t n) {
   if (n <= cap_[slot]) return;
   int64_t cap = std::max<int64_t>(n, cap_[slot] * 2);
   for (auto* buf : {&k_[slot], &v_[slot]}) {
-    std::vector<float> grown(layers_ * cap * kv_dim_);
+    auto grown = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(layers_ * cap * kv_dim_));
     for (int64_t l = 0; l < layers_ && len_[slot] > 0; ++l)
-      std::memcpy(&grown[l * cap * kv_dim_], buf->data() + l * cap_[slot] * kv_dim_,
+      std::memcpy(&grown[l * cap * kv_dim_], buf->get() + l * cap_[slot] * kv_dim_,
                   len_[slot] * kv_dim_ * sizeof(float));
     *buf = std::move(grown);
   }

@@ -2,6 +2,7 @@
 // tokens that says which cache slot and position each token belongs to.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
@@ -9,7 +10,10 @@
 namespace mxrl {
 
 // Keys and values per sequence slot and layer, after k_norm and RoPE:
-// [layer][pos][kv_dim] each, growing as positions are written.
+// [layer][pos][kv_dim] each, growing as positions are written. A slot's
+// storage is left uninitialized (only positions below its length are ever
+// read), so reserving room the slot may never fill costs address space, not
+// memory: the pages are touched as positions are written.
 class KvCache {
  public:
   explicit KvCache(const ModelConfig& cfg);
@@ -18,7 +22,8 @@ class KvCache {
   void release(int slot);  // frees the slot's memory; add_sequence may reuse it
   int64_t length(int slot) const { return len_[slot]; }
   int num_slots() const { return static_cast<int>(len_.size()); }
-  // Make room for positions [0, n) of a slot.
+  // Make room for positions [0, n) of a slot (kept positions are moved, so
+  // reserving a sequence's whole length at once spares the copies).
   void reserve(int slot, int64_t n);
   void set_length(int slot, int64_t n) { len_[slot] = n; }
   // Positions [0, n) of every layer's keys and values of slot src, copied
@@ -34,7 +39,7 @@ class KvCache {
 
  private:
   int64_t layers_, kv_dim_;
-  std::vector<std::vector<float>> k_, v_;
+  std::vector<std::unique_ptr<float[]>> k_, v_;
   std::vector<int64_t> cap_, len_;
   std::vector<int> free_;
 };

@@ -128,6 +128,7 @@ Engine::PrefixEntry& Engine::new_prefix(const std::vector<int32_t>& prompt) {
   e.prompt = &it->first;
   e.slot = cache_.add_sequence();
   e.len = static_cast<int64_t>(prompt.size());
+  cache_.reserve(e.slot, e.len);
   e.version = plan_.version;
   e.epoch = plan_.epoch;
   reserved_ += e.len;
@@ -167,7 +168,10 @@ void Engine::admit(std::vector<PrefixEntry*>& fresh) {
     const std::vector<int32_t>& prompt = requests_[s.request].prompt;
     const int64_t len = static_cast<int64_t>(prompt.size());
     PrefixEntry* e = opt_.prefix_sharing ? find_prefix(prompt) : nullptr;
-    const bool share = opt_.prefix_sharing && (e || len + s.reserved <= opt_.kv_budget_tokens);
+    // A prompt no other waiting sample shares gets no entry (it would be
+    // freed right after this sample's copy), unless the hooks keep entries.
+    const bool alone = waiting_prompts_.at(prompt) == 1 && !(hooks_ && hooks_->keeps_prefixes());
+    const bool share = opt_.prefix_sharing && (e || (!alone && len + s.reserved <= opt_.kv_budget_tokens));
     const int64_t cost = s.reserved + (share && !e ? len : 0);
     const int64_t prefill = share && e ? 0 : len;
     if (reserved_ + cost > opt_.kv_budget_tokens && running_.empty() && !prefix_.empty()) {
@@ -178,6 +182,7 @@ void Engine::admit(std::vector<PrefixEntry*>& fresh) {
     tokens += prefill;
     reserved_ += s.reserved;
     s.slot = cache_.add_sequence();
+    cache_.reserve(s.slot, s.reserved);  // its whole length now: no step regrows it (KvCache: pages come as written)
     s.stage = share ? Stage::Attach : Stage::Prefill;
     if (share && !e) {
       e = &new_prefix(prompt);

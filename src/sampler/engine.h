@@ -16,7 +16,9 @@
 // then starts from a copy of that slot and draws its first token from those
 // stored logits, with no forward of its own. An entry lives, counted in the KV
 // budget, while a waiting sample can still use it. When the budget cannot hold
-// a prompt's entry beside its sample, the sample prefills its own slot. Since
+// a prompt's entry beside its sample, or no other waiting sample has that
+// prompt (an entry would serve one copy, then go), the sample prefills its
+// own slot. Since
 // the forward pass is batch-invariant and the copy is exact, sharing is
 // bitwise invisible in the samples.
 //

@@ -373,6 +373,39 @@ TEST(Engine, PrefixEntriesAreSharedAndFreed) {
   EXPECT_EQ(objs[0].kind, "plan");
 }
 
+TEST(Engine, APromptOnlyOneSampleNeedsGetsNoEntry) {
+  ParamTable params(small_test_config(false));
+  init_params(params, 5, 0.2f);
+  auto model = std::make_shared<const Model>(params, PrecisionPlan::named("mxfp8"));
+  GenerationRequest a;
+  a.prompt = {4, 5, 6, 7, 8};
+  a.n = 1;
+  a.max_new_tokens = 4;
+  GenerationRequest b = a;
+  b.id = 1;
+  b.prompt = {9, 10, 11};
+  b.n = 2;  // two samples: one entry for both
+  // Room for a (9) beside one sample of b (7) and b's entry (3), not for an
+  // entry of a's prompt (5) too: a prefills its own slot, b's entry waits
+  // for b's second sample.
+  Engine e(model, 1, {19, 4096});
+  e.submit(a);
+  e.submit(b);
+  EXPECT_TRUE(e.step().empty());
+  const auto objs = e.derived_objects();
+  EXPECT_EQ(count_kind(objs, "prefix"), 1);
+  EXPECT_EQ(count_kind(objs, "kv"), 2);
+  EXPECT_EQ(e.waiting(), 1);
+  Samples all;
+  while (!e.idle())
+    for (auto& s : e.step()) all.push_back(std::move(s));
+  std::sort(all.begin(), all.end(),
+            [](const auto& x, const auto& y) { return std::tie(x.request, x.index) < std::tie(y.request, y.index); });
+  EngineOptions off;
+  off.prefix_sharing = false;
+  expect_same(generate(model, {a, b}, off), all, "sharing off");
+}
+
 TEST(Engine, PrefixEntriesNeverCrossAVersion) {
   ParamTable v1(small_test_config(false)), v2(small_test_config(false));
   init_params(v1, 1, 0.2f);
