@@ -159,8 +159,10 @@ nb::dict trace(const PyModel& m, const std::vector<int32_t>& tokens, int64_t ste
     // Layer l's keys or values at positions 0 .. n-1 as the cache holds them [n, kv_dim].
     auto cached = [&](int64_t l, bool keys) {
       std::vector<float> v(n * kvd);
+      const int64_t hd = cache.head_dim();
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(&v[i * kvd], keys ? cache.k(slot, l, i) : cache.v(slot, l, i), kvd * sizeof(float));
+        for (int64_t g = 0; g < cache.groups(); ++g)
+          std::memcpy(&v[i * kvd + g * hd], keys ? cache.k(slot, l, g, i) : cache.v(slot, l, g, i), hd * sizeof(float));
       return v;
     };
     // Row-wise concatenation of (a[n, wa], wa), (b[n, wb], wb), ... -> [n, wa + wb + ...].

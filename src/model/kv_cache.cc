@@ -7,7 +7,8 @@
 
 namespace mxrl {
 
-KvCache::KvCache(const ModelConfig& cfg) : layers_(cfg.num_hidden_layers), kv_dim_(cfg.kv_dim()) {}
+KvCache::KvCache(const ModelConfig& cfg)
+    : layers_(cfg.num_hidden_layers), groups_(cfg.num_key_value_heads), hd_(cfg.head_dim) {}
 
 int KvCache::add_sequence() {
   if (!free_.empty()) {
@@ -35,10 +36,9 @@ void KvCache::reserve(int slot, int64_t n) {
   if (n <= cap_[slot]) return;
   int64_t cap = std::max<int64_t>(n, cap_[slot] * 2);
   for (auto* buf : {&k_[slot], &v_[slot]}) {
-    auto grown = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(layers_ * cap * kv_dim_));
-    for (int64_t l = 0; l < layers_ && len_[slot] > 0; ++l)
-      std::memcpy(&grown[l * cap * kv_dim_], buf->get() + l * cap_[slot] * kv_dim_,
-                  len_[slot] * kv_dim_ * sizeof(float));
+    auto grown = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(layers_ * groups_ * cap * hd_));
+    for (int64_t lg = 0; lg < layers_ * groups_ && len_[slot] > 0; ++lg)  // each (layer, group) history
+      std::memcpy(&grown[lg * cap * hd_], buf->get() + lg * cap_[slot] * hd_, len_[slot] * hd_ * sizeof(float));
     *buf = std::move(grown);
   }
   cap_[slot] = cap;
@@ -49,11 +49,12 @@ void KvCache::copy_prefix(int src, int dst, int64_t n) {
   if (n < 0 || n > len_[src])
     fail("kv cache: copy_prefix of {} positions from slot {} of length {}", n, src, len_[src]);
   reserve(dst, n);
-  const size_t bytes = static_cast<size_t>(n * kv_dim_) * sizeof(float);
-  for (int64_t l = 0; l < layers_ && n > 0; ++l) {
-    std::memcpy(k(dst, l, 0), k(src, l, 0), bytes);
-    std::memcpy(v(dst, l, 0), v(src, l, 0), bytes);
-  }
+  const size_t bytes = static_cast<size_t>(n * hd_) * sizeof(float);
+  for (int64_t l = 0; l < layers_ && n > 0; ++l)
+    for (int64_t g = 0; g < groups_; ++g) {
+      std::memcpy(k(dst, l, g, 0), k(src, l, g, 0), bytes);
+      std::memcpy(v(dst, l, g, 0), v(src, l, g, 0), bytes);
+    }
   len_[dst] = n;
 }
 

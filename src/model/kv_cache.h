@@ -9,8 +9,11 @@
 
 namespace mxrl {
 
-// Keys and values per sequence slot and layer, after k_norm and RoPE:
-// [layer][pos][kv_dim] each, growing as positions are written. A slot's
+// Keys and values per sequence slot, after k_norm and RoPE, each KV group's
+// history contiguous: [layer][group][pos][head_dim], growing as positions
+// are written. Attention reads one group's history at a time: contiguous, it
+// streams from memory, where 512-byte pieces of 4 KiB rows ([pos][kv_dim],
+// the layout before) did not (docs/benchmarks.md#evening). A slot's
 // storage is left uninitialized (only positions below its length are ever
 // read), so reserving room the slot may never fill costs address space, not
 // memory: the pages are touched as positions are written.
@@ -31,14 +34,26 @@ class KvCache {
   // overwritten). Throws mxrl::Error unless 0 <= n <= length(src) and the
   // slots are distinct.
   void copy_prefix(int src, int dst, int64_t n);
-  float* k(int slot, int64_t layer, int64_t pos) { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
-  float* v(int slot, int64_t layer, int64_t pos) { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
-  const float* k(int slot, int64_t layer, int64_t pos) const { return &k_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
-  const float* v(int slot, int64_t layer, int64_t pos) const { return &v_[slot][(layer * cap_[slot] + pos) * kv_dim_]; }
-  int64_t kv_dim() const { return kv_dim_; }
+  // Group g's head_dim values at position pos; position pos + 1 follows at + head_dim.
+  float* k(int slot, int64_t layer, int64_t g, int64_t pos) { return &k_[slot][at(slot, layer, g, pos)]; }
+  float* v(int slot, int64_t layer, int64_t g, int64_t pos) { return &v_[slot][at(slot, layer, g, pos)]; }
+  const float* k(int slot, int64_t layer, int64_t g, int64_t pos) const { return &k_[slot][at(slot, layer, g, pos)]; }
+  const float* v(int slot, int64_t layer, int64_t g, int64_t pos) const { return &v_[slot][at(slot, layer, g, pos)]; }
+  // The attention kernels' view of a layer (kernels/ops/ops.h): they read
+  // group g's position j at base + g * head_dim + j * kv_stride. Here
+  // kv_stride is head_dim and base is group g's history shifted back by
+  // g * head_dim (still inside the slot's buffer, as the capacity is >= 1).
+  const float* kernel_k(int slot, int64_t layer, int64_t g) const { return k(slot, layer, g, 0) - g * hd_; }
+  const float* kernel_v(int slot, int64_t layer, int64_t g) const { return v(slot, layer, g, 0) - g * hd_; }
+  int64_t kv_dim() const { return groups_ * hd_; }
+  int64_t head_dim() const { return hd_; }
+  int64_t groups() const { return groups_; }
 
  private:
-  int64_t layers_, kv_dim_;
+  int64_t at(int slot, int64_t layer, int64_t g, int64_t pos) const {
+    return ((layer * groups_ + g) * cap_[slot] + pos) * hd_;
+  }
+  int64_t layers_, groups_, hd_;
   std::vector<std::unique_ptr<float[]>> k_, v_;
   std::vector<int64_t> cap_, len_;
   std::vector<int> free_;

@@ -190,21 +190,25 @@ void per_token(const Exec& exec, int64_t n, F&& f) {
 
 // One token's keys or values [kv_heads, hd] into the cache, on the FP8 E4M3
 // grid with one scale per head when the plan asks for an FP8 cache.
-// codes[kv_heads * hd] and scales[kv_heads] are the token's scratch.
-void write_kv(float* dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8, uint8_t* codes, float* scales,
+// codes[kv_heads * hd] and scales[kv_heads] are the token's scratch; head g goes to
+// dst(g) (the cache keeps each group's history contiguous).
+template <class Dst>
+void write_kv(Dst dst, const float* src, int64_t kv_heads, int64_t hd, bool fp8, uint8_t* codes, float* scales,
               bool unit_scale) {
   if (!fp8) {
-    std::memcpy(dst, src, kv_heads * hd * sizeof(float));
+    for (int64_t g = 0; g < kv_heads; ++g) std::memcpy(dst(g), src + g * hd, hd * sizeof(float));
     return;
   }
   if (unit_scale) {  // ForwardOptions::kv_unit_scale: a static scale of 1.0 instead of amax / 448
-    for (int64_t i = 0; i < kv_heads * hd; ++i)
-      dst[i] = elem_decode(ElemType::E4M3, elem_encode(ElemType::E4M3, src[i]));
+    for (int64_t g = 0; g < kv_heads; ++g)
+      for (int64_t d = 0; d < hd; ++d)
+        dst(g)[d] = elem_decode(ElemType::E4M3, elem_encode(ElemType::E4M3, src[g * hd + d]));
     return;
   }
-  const Fp8Grid g = Fp8Grid::per_token(hd);  // a row per head
-  fp8_quantize(src, InType::F32, kv_heads, hd, g, ElemType::E4M3, codes, scales);
-  fp8_dequantize(codes, scales, kv_heads, hd, g, ElemType::E4M3, dst);
+  const Fp8Grid grid = Fp8Grid::per_token(hd);  // a row per head
+  fp8_quantize(src, InType::F32, kv_heads, hd, grid, ElemType::E4M3, codes, scales);
+  for (int64_t g = 0; g < kv_heads; ++g)
+    fp8_dequantize(codes + g * hd, scales + g, 1, hd, grid, ElemType::E4M3, dst(g));
 }
 
 // out = a + b elementwise (out may be a).
@@ -379,8 +383,11 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
       rope_forward(ki, nkv, hd, &rope_cos[i * half], &rope_sin[i * half], exec);
       uint8_t* codes = fp8_kv ? &w.kv_codes[i * kvd] : nullptr;
       float* scales = fp8_kv ? &w.kv_scales[i * nkv] : nullptr;
-      write_kv(cache.k(b.slot[i], l, b.pos[i]), ki, nkv, hd, fp8_kv, codes, scales, fo.kv_unit_scale);
-      write_kv(cache.v(b.slot[i], l, b.pos[i]), &v[i * kvd], nkv, hd, fp8_kv, codes, scales, fo.kv_unit_scale);
+      const int si = b.slot[i];
+      const int64_t pi = b.pos[i];
+      write_kv([&](int64_t g) { return cache.k(si, l, g, pi); }, ki, nkv, hd, fp8_kv, codes, scales, fo.kv_unit_scale);
+      write_kv([&](int64_t g) { return cache.v(si, l, g, pi); }, &v[i * kvd], nkv, hd, fp8_kv, codes, scales,
+               fo.kv_unit_scale);
     });
     float* at = into(t ? &t->att : nullptr, n * qd, att);
     {
@@ -390,8 +397,9 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
         for (int64_t it = a; it < e; ++it) {
           const auto [i0, len] = w.runs[it / nkv];
           const int s = b.slot[i0];
-          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.k(s, l, 0), cache.v(s, l, 0), kvd,
-                                  nq, nkv, hd, it % nkv, scale, exec);
+          const int64_t g = it % nkv;
+          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.kernel_k(s, l, g),
+                                  cache.kernel_v(s, l, g), hd, nq, nkv, hd, g, scale, exec);
         }
       });
     }

@@ -548,11 +548,16 @@ TEST(KvCache, CopyPrefixIsExact) {
   forward(model, cache, batch, logits.data());
   cache.copy_prefix(a, b, 4);
   EXPECT_EQ(cache.length(b), 4);
-  const size_t bytes = 4 * cache.kv_dim() * sizeof(float);
-  for (int64_t l = 0; l < model.config().num_hidden_layers; ++l) {
-    EXPECT_EQ(std::memcmp(cache.k(a, l, 0), cache.k(b, l, 0), bytes), 0);
-    EXPECT_EQ(std::memcmp(cache.v(a, l, 0), cache.v(b, l, 0), bytes), 0);
-  }
+  const size_t bytes = 4 * cache.head_dim() * sizeof(float);
+  for (int64_t l = 0; l < model.config().num_hidden_layers; ++l)
+    for (int64_t g = 0; g < cache.groups(); ++g) {
+      EXPECT_EQ(std::memcmp(cache.k(a, l, g, 0), cache.k(b, l, g, 0), bytes), 0);
+      EXPECT_EQ(std::memcmp(cache.v(a, l, g, 0), cache.v(b, l, g, 0), bytes), 0);
+    }
+  // Growing a slot keeps every group's history.
+  std::vector<float> before(cache.k(a, 1, 1, 0), cache.k(a, 1, 1, 0) + 6 * cache.head_dim());
+  cache.reserve(a, 1000);
+  EXPECT_EQ(std::memcmp(before.data(), cache.k(a, 1, 1, 0), before.size() * sizeof(float)), 0);
   EXPECT_THROW(cache.copy_prefix(a, b, 7), Error);
   EXPECT_THROW(cache.copy_prefix(a, a, 2), Error);
 }
