@@ -2,7 +2,9 @@
 // attention_backward_group (kernels/ops/ops.h, ops_backward.h): bit for bit the
 // per-token scalar reference (ops_impl.h, ops_backward_impl.h).
 //
-// Keys and values stay in the cache's row layout ([pos][kv_heads * hd]). Each
+// Keys and values stay in the caller's layout (group g's position j at
+// k + g*hd + j*kv_stride: rows of a [pos][kv_heads * hd] array, or a KvCache
+// group's contiguous history). Each
 // call transposes its KV group once into 16-key chunks, kt[c][d][16], so that
 // one vector FMA advances 16 dot products by one d: every dot product is
 // still the sequential fma chain over d that the reference computes. The
