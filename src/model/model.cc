@@ -324,11 +324,20 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
     if (b.pos[i] >= c.max_position_embeddings)
       fail("forward: position {} exceeds max_position_embeddings {}", b.pos[i], c.max_position_embeddings);
   }
-  // Grow each slot's cache to its new length; positions must continue it.
+  // Grow each slot's cache once to its new length (a prompt's tokens one by
+  // one would regrow it log2(length) times); positions must continue it.
+  std::vector<int64_t> need(static_cast<size_t>(cache.num_slots()), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int s = b.slot[i];
+    if (s < 0 || s >= cache.num_slots())
+      fail("forward: token {} names slot {}, the cache has {}", i, s, cache.num_slots());
+    need[s] = std::max(need[s], b.pos[i] + 1);
+  }
+  for (int s = 0; s < cache.num_slots(); ++s)
+    if (need[s] > 0) cache.reserve(s, need[s]);
   for (int64_t i = 0; i < n; ++i) {
     const int s = b.slot[i];
     if (b.pos[i] != cache.length(s)) fail("forward: slot {} expects position {}, got {}", s, cache.length(s), b.pos[i]);
-    cache.reserve(s, b.pos[i] + 1);
     cache.set_length(s, b.pos[i] + 1);
   }
   ForwardWorkspace local;

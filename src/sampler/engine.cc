@@ -128,7 +128,6 @@ Engine::PrefixEntry& Engine::new_prefix(const std::vector<int32_t>& prompt) {
   e.prompt = &it->first;
   e.slot = cache_.add_sequence();
   e.len = static_cast<int64_t>(prompt.size());
-  cache_.reserve(e.slot, e.len);
   e.version = plan_.version;
   e.epoch = plan_.epoch;
   reserved_ += e.len;

@@ -562,6 +562,27 @@ TEST(KvCache, CopyPrefixIsExact) {
   EXPECT_THROW(cache.copy_prefix(a, a, 2), Error);
 }
 
+TEST(KvCache, ForwardGrowsSlotsAndRejectsBadPositions) {
+  ParamTable params(small_test_config(false));
+  init_params(params, 5, 0.2f);
+  const Model model(params, PrecisionPlan::named("mxfp8"));
+  KvCache cache(model.config());
+  const int a = cache.add_sequence(), b = cache.add_sequence();
+  std::vector<float> logits(16 * model.config().vocab_size);
+  TokenBatch batch;  // the two slots' tokens interleaved
+  for (int t = 0; t < 5; ++t) batch.add(t + 1, a, t), batch.add(t + 7, b, t);
+  forward(model, cache, batch, logits.data());
+  EXPECT_EQ(cache.length(a), 5);
+  EXPECT_EQ(cache.length(b), 5);
+  TokenBatch gap;
+  gap.add(3, a, 6);  // position 5 is next
+  EXPECT_THROW(forward(model, cache, gap, logits.data()), Error);
+  TokenBatch stranger;
+  stranger.add(3, 2, 0);  // no slot 2
+  EXPECT_THROW(forward(model, cache, stranger, logits.data()), Error);
+  EXPECT_EQ(cache.length(a), 5);
+}
+
 TEST(PackedWeight, FingerprintMatchesARepack) {
   for (const char* name : {"mxfp8", "bf16", "fp32", "fp8-block128"}) {
     ParamTable params(small_test_config(true));
