@@ -361,7 +361,8 @@ nb::ndarray<nb::numpy, float> py_attention(AnyArray q, AnyArray k, AnyArray v, i
     compute([&](const Exec& ex) {
       parallel_for(ex.pool, kvh, [&](int64_t a, int64_t e) {
         for (int64_t g = a; g < e; ++g)
-          attention_forward_group(out, fdata(q), T, p0, fdata(k), fdata(v), kvh * hd, heads, kvh, hd, g, sc, ex);
+          attention_forward_group(out, fdata(q), T, p0, fdata(k) + g * hd, fdata(v) + g * hd, kvh * hd, heads, kvh, hd,
+                                  g, sc, ex);
       });
     });
   return res;

@@ -147,9 +147,7 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
 
   w.dq.resize(n * qd), w.dk.resize(n * kvd), w.dv.resize(n * kvd), w.datt.resize(n * qd);
   w.dq_raw.resize(n * qd), w.dk_raw.resize(n * kvd);
-  w.dk_groups.resize(n * kvd), w.dv_groups.resize(n * kvd);
   float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data(), *datt = w.datt.data();
-  float *dkg = w.dk_groups.data(), *dvg = w.dv_groups.data();
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const PreparedLayer& L = model.layer(l);
     const LayerIndex& li = layout.layer(l);
@@ -209,10 +207,8 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
 
     // Attention block: x_mid = x_in + o(attention(...)).
     lin(L.o, li.o, dx, T.att.data(), n, datt, false);
-    // dk and dv per KV group, [group][token][hd] like the cache's histories
-    // (kv_cache.h): every attention operand then has the position stride hd.
-    std::fill(dkg, dkg + n * kvd, 0.0f);
-    std::fill(dvg, dvg + n * kvd, 0.0f);
+    std::fill(dk, dk + n * kvd, 0.0f);
+    std::fill(dv, dv + n * kvd, 0.0f);
     std::optional<PhaseTimer> attention_timer(std::in_place, exec.times, Phase::Attention);
     // One work item per (sequence, KV group): each owns its group's rows of dk/dv.
     parallel_for(exec.pool, static_cast<int64_t>(seqs.size()) * nkv, [&](int64_t a, int64_t e) {
@@ -220,21 +216,14 @@ double backward(const Model& model, const ParamTable& layout, const BackwardWeig
         const auto [start, len] = seqs[it / nkv];
         const int slot = b.slot[start];
         const int64_t g = it % nkv;
-        // The kernels add g * hd to dk, dv, k and v (kv_cache.h, kernel_k).
-        const int64_t at = (g * n + start) * hd - g * hd;
-        attention_backward_group(&dq[start * qd], dkg + at, dvg + at, &datt[start * qd], &T.q[start * qd], len, 0,
-                                 cache.kernel_k(slot, l, g), cache.kernel_v(slot, l, g), hd, nq, nkv, hd, g, scale,
-                                 exec);
+        // Keys and values from the cache's group history (position stride
+        // hd), their gradients into [token][kv_dim] rows (stride kvd).
+        attention_backward_group(&dq[start * qd], &dk[start * kvd + g * hd], &dv[start * kvd + g * hd],
+                                 &datt[start * qd], &T.q[start * qd], len, 0, cache.k(slot, l, g, 0),
+                                 cache.v(slot, l, g, 0), hd, kvd, nq, nkv, hd, g, scale, exec);
       }
     });
     attention_timer.reset();
-    parallel_for(exec.pool, n, [&](int64_t i0, int64_t i1) {  // back to [token][kv_dim]
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t g = 0; g < nkv; ++g) {
-          std::memcpy(&dk[i * kvd + g * hd], &dkg[(g * n + i) * hd], hd * sizeof(float));
-          std::memcpy(&dv[i * kvd + g * hd], &dvg[(g * n + i) * hd], hd * sizeof(float));
-        }
-    });
     parallel_for(exec.pool, n, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         rope_backward(&dq[i * qd], nq, hd, &rope_cos[i * half], &rope_sin[i * half], exec);

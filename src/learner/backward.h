@@ -41,7 +41,6 @@ struct BackwardWorkspace {
   std::vector<float> rope_cos, rope_sin;  // [n, head_dim / 2]
   std::vector<float> dx, dxn, tmp;        // [n, H]
   std::vector<float> dq, dk, dv, datt, dq_raw, dk_raw;
-  std::vector<float> dk_groups, dv_groups;  // dk, dv as [group][token][hd] during the attention backward
   std::vector<float> dh, dg, du;                                       // an MLP's [m, F]
   std::vector<float> dweights, dye, dxe, dlog, probs, aux_grad, daux;  // MoE
   std::vector<double> count, psum;                                     // MoE aux loss statistics [E]

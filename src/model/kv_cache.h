@@ -39,12 +39,6 @@ class KvCache {
   float* v(int slot, int64_t layer, int64_t g, int64_t pos) { return &v_[slot][at(slot, layer, g, pos)]; }
   const float* k(int slot, int64_t layer, int64_t g, int64_t pos) const { return &k_[slot][at(slot, layer, g, pos)]; }
   const float* v(int slot, int64_t layer, int64_t g, int64_t pos) const { return &v_[slot][at(slot, layer, g, pos)]; }
-  // The attention kernels' view of a layer (kernels/ops/ops.h): they read
-  // group g's position j at base + g * head_dim + j * kv_stride. Here
-  // kv_stride is head_dim and base is group g's history shifted back by
-  // g * head_dim (still inside the slot's buffer, as the capacity is >= 1).
-  const float* kernel_k(int slot, int64_t layer, int64_t g) const { return k(slot, layer, g, 0) - g * hd_; }
-  const float* kernel_v(int slot, int64_t layer, int64_t g) const { return v(slot, layer, g, 0) - g * hd_; }
   int64_t kv_dim() const { return groups_ * hd_; }
   int64_t head_dim() const { return hd_; }
   int64_t groups() const { return groups_; }

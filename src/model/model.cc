@@ -407,8 +407,8 @@ void forward(const Model& model, KvCache& cache, const TokenBatch& b, float* log
           const auto [i0, len] = w.runs[it / nkv];
           const int s = b.slot[i0];
           const int64_t g = it % nkv;
-          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.kernel_k(s, l, g),
-                                  cache.kernel_v(s, l, g), hd, nq, nkv, hd, g, scale, exec);
+          attention_forward_group(&at[i0 * qd], &qr[i0 * qd], len, b.pos[i0], cache.k(s, l, g, 0), cache.v(s, l, g, 0),
+                                  hd, nq, nkv, hd, g, scale, exec);
         }
       });
     }

@@ -2,10 +2,9 @@
 // attention_backward_group (kernels/ops/ops.h, ops_backward.h): bit for bit the
 // per-token scalar reference (ops_impl.h, ops_backward_impl.h).
 //
-// Keys and values stay in the caller's layout (group g's position j at
-// k + g*hd + j*kv_stride: rows of a [pos][kv_heads * hd] array, or a KvCache
-// group's contiguous history). Each
-// call transposes its KV group once into 16-key chunks, kt[c][d][16], so that
+// Keys and values stay in the caller's layout (the group's position j at
+// kg + j*kv_stride: rows of a [pos][kv_heads * hd] array, or a KvCache group's
+// contiguous history). Each call transposes its KV group once into 16-key chunks, kt[c][d][16], so that
 // one vector FMA advances 16 dot products by one d: every dot product is
 // still the sequential fma chain over d that the reference computes. The
 // transposition is shared by every token of the run and every head of the
@@ -240,19 +239,18 @@ Scratch& scratch() {
 namespace {
 // Token t of a run, heads [h0, h0 + H) of KV group g (p holds H rows of cap).
 template <int H>
-void forward_heads(float* out, const float* q, int64_t t, int64_t p0, const float* v, int64_t kv_stride, int64_t heads,
-                   int64_t hd, int64_t g, int64_t h0, float scale, int64_t cap, Scratch& s) {
+void forward_heads(float* out, const float* q, int64_t t, int64_t p0, const float* vg, int64_t kv_stride, int64_t heads,
+                   int64_t hd, int64_t h0, float scale, int64_t cap, Scratch& s) {
   const int64_t r = (t * heads + h0) * hd, npos = p0 + t + 1;
   probs<H>(s.p.data(), cap, q + r, s.kt.data(), npos, hd, scale);
-  weighted_sum_any<H>(out + r, s.p.data(), cap, v + g * hd, npos, kv_stride, hd);
+  weighted_sum_any<H>(out + r, s.p.data(), cap, vg, npos, kv_stride, hd);
 }
 
 template <int H>
-void backward_heads(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t t, int64_t p0,
-                    const float* k, int64_t kv_stride, int64_t heads, int64_t hd, int64_t g, int64_t h0, float scale,
+void backward_heads(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t t, int64_t p0,
+                    const float* kg, int64_t kv_stride, int64_t dkv_stride, int64_t heads, int64_t hd, int64_t h0,
+                    float scale,
                     int64_t cap, Scratch& s) {
-  const float* kg = k + g * hd;
-  float *dkg = dk + g * hd, *dvg = dv + g * hd;
   const __m512 vscale = _mm512_set1_ps(scale);
   const int64_t r = (t * heads + h0) * hd, npos = p0 + t + 1;
   float *p = s.p.data(), *dp = s.dp.data(), *ds = s.ds.data(), *sds = s.sds.data();
@@ -262,7 +260,7 @@ void backward_heads(float* dq, float* dk, float* dv, const float* dout, const fl
   for (int h = 0; h < H; ++h) dsum[h] = 0.0f;
   for (int64_t j = 0; j < npos; ++j)  // H sequential chains side by side
     for (int h = 0; h < H; ++h) dsum[h] = __builtin_fmaf(p[h * cap + j], dp[h * cap + j], dsum[h]);
-  axpy_rows<H>(dvg, p, cap, dout + r, npos, kv_stride, hd);  // dv_j += p_j dout_h, heads in order
+  axpy_rows<H>(dvg, p, cap, dout + r, npos, dkv_stride, hd);  // dv_j += p_j dout_h, heads in order
   for (int h = 0; h < H; ++h) {
     const __m512 vsum = _mm512_set1_ps(dsum[h]);
     for (int64_t c = 0; c < chunks(npos); ++c) {
@@ -275,46 +273,46 @@ void backward_heads(float* dq, float* dk, float* dv, const float* dout, const fl
   weighted_sum_any<H>(dq + r, ds, cap, kg, npos, kv_stride, hd);  // dq_h = sum_j ds_j k_j
   for (int64_t b = 0; b < H * hd; b += kChunk)
     _mm512_storeu_ps(dq + r + b, _mm512_mul_ps(_mm512_loadu_ps(dq + r + b), vscale));
-  axpy_rows<H>(dkg, sds, cap, q + r, npos, kv_stride, hd);  // dk_j += (scale ds_j) q_h, heads in order
+  axpy_rows<H>(dkg, sds, cap, q + r, npos, dkv_stride, hd);  // dk_j += (scale ds_j) q_h, heads in order
 }
 }  // namespace
 
 // Token by token (dk and dv accumulate over tokens, then heads, in the
 // reference's order), the group's heads in blocks of 4, 2 and 1.
-void attention_group_avx512(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+void attention_group_avx512(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                             int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale) {
   if (hd % kChunk != 0)
-    return kOpsScalar.attention_group(out, q, T, p0, k, v, kv_stride, heads, kv_heads, hd, g, scale);
+    return kOpsScalar.attention_group(out, q, T, p0, kg, vg, kv_stride, heads, kv_heads, hd, g, scale);
   const int64_t group = heads / kv_heads, n = p0 + T, h1 = (g + 1) * group, cap = chunks(n) * kChunk;
   Scratch& s = scratch();
-  transpose_keys(s.kt, k + g * hd, n, kv_stride, hd);
+  transpose_keys(s.kt, kg, n, kv_stride, hd);
   s.p.resize(4 * cap);
   for (int64_t t = 0; t < T; ++t) {
     int64_t h = g * group;
-    for (; h + 4 <= h1; h += 4) forward_heads<4>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
-    for (; h + 2 <= h1; h += 2) forward_heads<2>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
-    for (; h < h1; ++h) forward_heads<1>(out, q, t, p0, v, kv_stride, heads, hd, g, h, scale, cap, s);
+    for (; h + 4 <= h1; h += 4) forward_heads<4>(out, q, t, p0, vg, kv_stride, heads, hd, h, scale, cap, s);
+    for (; h + 2 <= h1; h += 2) forward_heads<2>(out, q, t, p0, vg, kv_stride, heads, hd, h, scale, cap, s);
+    for (; h < h1; ++h) forward_heads<1>(out, q, t, p0, vg, kv_stride, heads, hd, h, scale, cap, s);
   }
 }
 
-void attention_backward_group_avx512(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T,
-                                     int64_t p0, const float* k, const float* v, int64_t kv_stride, int64_t heads,
+void attention_backward_group_avx512(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
+                                     int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride, int64_t heads,
                                      int64_t kv_heads, int64_t hd, int64_t g, float scale) {
   if (hd % kChunk != 0)
-    return kOpsBackwardScalar.attention_group(dq, dk, dv, dout, q, T, p0, k, v, kv_stride, heads, kv_heads, hd, g,
+    return kOpsBackwardScalar.attention_group(dq, dkg, dvg, dout, q, T, p0, kg, vg, kv_stride, dkv_stride, heads, kv_heads, hd, g,
                                               scale);
   const int64_t group = heads / kv_heads, n = p0 + T, h1 = (g + 1) * group, cap = chunks(n) * kChunk;
   Scratch& s = scratch();
-  transpose_keys(s.kt, k + g * hd, n, kv_stride, hd);
-  transpose_keys(s.vt, v + g * hd, n, kv_stride, hd);
+  transpose_keys(s.kt, kg, n, kv_stride, hd);
+  transpose_keys(s.vt, vg, n, kv_stride, hd);
   s.p.resize(4 * cap), s.dp.resize(4 * cap), s.ds.resize(4 * cap), s.sds.resize(4 * cap);
   for (int64_t t = 0; t < T; ++t) {
     int64_t h = g * group;
     for (; h + 4 <= h1; h += 4)
-      backward_heads<4>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
+      backward_heads<4>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
     for (; h + 2 <= h1; h += 2)
-      backward_heads<2>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
-    for (; h < h1; ++h) backward_heads<1>(dq, dk, dv, dout, q, t, p0, k, kv_stride, heads, hd, g, h, scale, cap, s);
+      backward_heads<2>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
+    for (; h < h1; ++h) backward_heads<1>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
   }
 }
 

@@ -62,10 +62,10 @@ void attention_forward(float* out, const float* q, const float* k, const float* 
   detail::ops_kernels(exec.backend).attention(out, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
 
-void attention_forward_group(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+void attention_forward_group(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                              int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale,
                              const Exec& exec) {
-  detail::ops_kernels(exec.backend).attention_group(out, q, T, p0, k, v, kv_stride, heads, kv_heads, hd, g, scale);
+  detail::ops_kernels(exec.backend).attention_group(out, q, T, p0, kg, vg, kv_stride, heads, kv_heads, hd, g, scale);
 }
 
 void softmax_forward(float* x, int64_t rows, int64_t n, const Exec& exec) {

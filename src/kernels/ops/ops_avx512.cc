@@ -109,10 +109,10 @@ void exp_avx512(float* y, const float* x, int64_t n) {
 }
 
 // attention_avx512.cc: explicit vector kernels for the attention of a run.
-void attention_group_avx512(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+void attention_group_avx512(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                             int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale);
-void attention_backward_group_avx512(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T,
-                                     int64_t p0, const float* k, const float* v, int64_t kv_stride, int64_t heads,
+void attention_backward_group_avx512(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
+                                     int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride, int64_t heads,
                                      int64_t kv_heads, int64_t hd, int64_t g, float scale);
 namespace {
 constexpr OpsKernels with_vector_kernels(OpsKernels k) {

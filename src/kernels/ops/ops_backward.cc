@@ -33,11 +33,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   detail::ops_backward_kernels(exec.backend)
       .attention(dq, dk, dv, dout, q, k, v, npos, kv_stride, heads, kv_heads, hd, scale, scores);
 }
-void attention_backward_group(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T, int64_t p0,
-                              const float* k, const float* v, int64_t kv_stride, int64_t heads, int64_t kv_heads,
-                              int64_t hd, int64_t g, float scale, const Exec& exec) {
+void attention_backward_group(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
+                              int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride,
+                              int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale, const Exec& exec) {
   detail::ops_backward_kernels(exec.backend)
-      .attention_group(dq, dk, dv, dout, q, T, p0, k, v, kv_stride, heads, kv_heads, hd, g, scale);
+      .attention_group(dq, dkg, dvg, dout, q, T, p0, kg, vg, kv_stride, dkv_stride, heads, kv_heads, hd, g, scale);
 }
 void log_softmax_gather_backward(float* dlogits, const float* logits, const int32_t* targets, const float* dlogp,
                                  int64_t rows, int64_t n, const Exec& exec) {

@@ -62,13 +62,17 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 // attention_backward for a run of T query tokens of one sequence at positions
 // p0 .. p0+T-1 (token t sees keys 0 .. p0+t), restricted to KV group g's heads:
-// dq/dout/q [T, heads, hd] (other heads' dq untouched); dk/dv accumulated in
-// the group's columns only, token t ascending, then head ascending: bit for bit
-// attention_backward per token in order, so (sequence, group) pairs can be cut
-// across threads.
-void attention_backward_group(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T, int64_t p0,
-                              const float* k, const float* v, int64_t kv_stride, int64_t heads, int64_t kv_heads,
-                              int64_t hd, int64_t g, float scale, const Exec& exec = {});
+// dq/dout/q [T, heads, hd] (other heads' dq untouched). kg and vg point at
+// group g's key and value at position 0, position j at + j*kv_stride (as
+// attention_forward_group); dkg and dvg at its gradients, position j at
+// + j*dkv_stride, accumulated there (so keys read from a KvCache history,
+// stride hd, can have their gradients added to [token][kv_heads * hd] rows),
+// token t ascending, then head ascending: bit for bit attention_backward per
+// token in order, so (sequence, group) pairs can be cut across threads.
+void attention_backward_group(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
+                              int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride,
+                              int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale,
+                              const Exec& exec = {});
 
 // Forward: out[r] = log_softmax(logits[r, :])[targets[r]], logits[rows, n].
 //   dlogits[r, i] = dlogp[r] * ([i == targets[r]] - exp_f(logits[r, i] - lse_r))   written

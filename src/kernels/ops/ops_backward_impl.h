@@ -68,10 +68,11 @@ void swiglu_backward_impl(float* dgate, float* dup, const float* dh, const float
 }
 
 // One query head h (of KV group g): dq_h written, dk_j and dv_j (j < npos, at
-// dk + j*kv_stride + g*hd) accumulated. kg/vg/dkg/dvg are offset to the group.
+// dkg + j*dkv_stride) accumulated; k_j and v_j at kg + j*kv_stride. kg, vg,
+// dkg and dvg point at the group's position 0.
 void attention_backward_head_impl(float* dqh, float* dkg, float* dvg, const float* doh, const float* qh,
-                                  const float* kg, const float* vg, int64_t npos, int64_t kv_stride, int64_t hd,
-                                  float scale, float* scores) {
+                                  const float* kg, const float* vg, int64_t npos, int64_t kv_stride,
+                                  int64_t dkv_stride, int64_t hd, float scale, float* scores) {
   // p, bit for bit as attention_forward (the same function).
   attention_probs_impl(scores, qh, kg, npos, kv_stride, hd, scale);
   // dp_j = dot_seq(dout_h, v_j) (each in d order), 16 keys side by side.
@@ -88,7 +89,7 @@ void attention_backward_head_impl(float* dqh, float* dkg, float* dvg, const floa
     const int64_t nj = std::min(kChunk, npos - j0);
     dp_chunk(j0, nj);
     for (int64_t j = 0; j < nj; ++j) {
-      float* dvj = dvg + (j0 + j) * kv_stride;
+      float* dvj = dvg + (j0 + j) * dkv_stride;
       const float p = scores[j0 + j];
       dsum = __builtin_fmaf(p, dp[j], dsum);
       for (int64_t d = 0; d < hd; ++d) dvj[d] = __builtin_fmaf(p, doh[d], dvj[d]);
@@ -101,7 +102,7 @@ void attention_backward_head_impl(float* dqh, float* dkg, float* dvg, const floa
     dp_chunk(j0, nj);
     for (int64_t j = 0; j < nj; ++j) {
       const float* kj = kg + (j0 + j) * kv_stride;
-      float* dkj = dkg + (j0 + j) * kv_stride;
+      float* dkj = dkg + (j0 + j) * dkv_stride;
       const float ds = scores[j0 + j] * (dp[j] - dsum);
       const float sds = scale * ds;
       for (int64_t d = 0; d < hd; ++d) {
@@ -120,22 +121,22 @@ void attention_backward_impl(float* dq, float* dk, float* dv, const float* dout,
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / group;
     attention_backward_head_impl(dq + h * hd, dk + g * hd, dv + g * hd, dout + h * hd, q + h * hd, k + g * hd,
-                                 v + g * hd, npos, kv_stride, hd, scale, scores);
+                                 v + g * hd, npos, kv_stride, kv_stride, hd, scale, scores);
   }
 }
 
 // A run of T query tokens at positions p0 .. p0+T-1, the heads of KV group g
 // only: per token ascending, per head ascending, attention_backward_head_impl.
-void attention_backward_group_impl(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T,
-                                   int64_t p0, const float* k, const float* v, int64_t kv_stride, int64_t heads,
-                                   int64_t kv_heads, int64_t hd, int64_t g, float scale) {
+void attention_backward_group_impl(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
+                                   int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride,
+                                   int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale) {
   const int64_t group = heads / kv_heads;
   std::vector<float> scores(p0 + T);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const int64_t r = (t * heads + h) * hd;
-      attention_backward_head_impl(dq + r, dk + g * hd, dv + g * hd, dout + r, q + r, k + g * hd, v + g * hd,
-                                   p0 + t + 1, kv_stride, hd, scale, scores.data());
+      attention_backward_head_impl(dq + r, dkg, dvg, dout + r, q + r, kg, vg, p0 + t + 1, kv_stride, dkv_stride, hd,
+                                   scale, scores.data());
     }
 }
 

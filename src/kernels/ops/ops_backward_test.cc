@@ -461,7 +461,8 @@ TEST(MoeRouteBackward, SingleRenormalizedExpertHasZeroGradient) {
 
 // The backward of a run, one KV group at a time, on every backend, equals the
 // per-token scalar reference called in token order (dk/dv accumulate in the
-// same order) bit for bit.
+// same order) bit for bit, with keys and values in rows or in a cache's
+// per-group histories.
 TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
   std::vector<const detail::OpsBackwardKernels*> tables = {&detail::kOpsBackwardScalar};
   if (cpu_features().avx2) tables.push_back(&detail::kOpsBackwardAvx2);
@@ -496,16 +497,35 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
       detail::kOpsBackwardScalar.attention(&dq_ref[t * qd], dk_ref.data(), dv_ref.data(), &dout[t * qd], &q[t * qd],
                                            k.data(), v.data(), cs.p0 + t + 1, stride, cs.heads, cs.kvh, cs.hd, cs.scale,
                                            scores.data());
-    for (const auto* tab : tables) {
-      std::vector<float> dq(cs.T * qd, 5.0f), dk = dk0, dv = dv0;
-      for (int64_t g = 0; g < cs.kvh; ++g)
-        tab->attention_group(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), cs.T, cs.p0, k.data(), v.data(),
-                             stride, cs.heads, cs.kvh, cs.hd, g, cs.scale);
-      const char* name = tab == &detail::kOpsBackwardScalar ? "scalar" : tab == &detail::kOpsBackwardAvx2 ? "avx2" : "avx512";
-      for (size_t i = 0; i < dq.size(); ++i) ASSERT_EQ(f32_bits(dq[i]), f32_bits(dq_ref[i])) << name << " dq " << i;
-      for (size_t i = 0; i < dk.size(); ++i) ASSERT_EQ(f32_bits(dk[i]), f32_bits(dk_ref[i])) << name << " dk " << i;
-      for (size_t i = 0; i < dv.size(); ++i) ASSERT_EQ(f32_bits(dv[i]), f32_bits(dv_ref[i])) << name << " dv " << i;
-    }
+    // Keys and values also as a KvCache holds them ([group][pos][hd], stride
+    // hd) while dk/dv stay [pos][kv_heads * hd] rows: the learner's case.
+    std::vector<float> kg(n * stride), vg(n * stride);
+    for (int64_t g = 0; g < cs.kvh; ++g)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < cs.hd; ++d) {
+          kg[(g * n + j) * cs.hd + d] = k[j * stride + g * cs.hd + d];
+          vg[(g * n + j) * cs.hd + d] = v[j * stride + g * cs.hd + d];
+        }
+    for (const auto* tab : tables)
+      for (const bool grouped : {false, true}) {
+        std::vector<float> dq(cs.T * qd, 5.0f), dk = dk0, dv = dv0;
+        for (int64_t g = 0; g < cs.kvh; ++g)
+          if (grouped)
+            tab->attention_group(dq.data(), &dk[g * cs.hd], &dv[g * cs.hd], dout.data(), q.data(), cs.T, cs.p0,
+                                 &kg[g * n * cs.hd], &vg[g * n * cs.hd], cs.hd, stride, cs.heads, cs.kvh, cs.hd, g,
+                                 cs.scale);
+          else
+            tab->attention_group(dq.data(), &dk[g * cs.hd], &dv[g * cs.hd], dout.data(), q.data(), cs.T, cs.p0,
+                                 &k[g * cs.hd], &v[g * cs.hd], stride, stride, cs.heads, cs.kvh, cs.hd, g, cs.scale);
+        const std::string name =
+            std::string(tab == &detail::kOpsBackwardScalar ? "scalar"
+                        : tab == &detail::kOpsBackwardAvx2 ? "avx2"
+                                                           : "avx512") +
+            (grouped ? " grouped" : " rows");
+        for (size_t i = 0; i < dq.size(); ++i) ASSERT_EQ(f32_bits(dq[i]), f32_bits(dq_ref[i])) << name << " dq " << i;
+        for (size_t i = 0; i < dk.size(); ++i) ASSERT_EQ(f32_bits(dk[i]), f32_bits(dk_ref[i])) << name << " dk " << i;
+        for (size_t i = 0; i < dv.size(); ++i) ASSERT_EQ(f32_bits(dv[i]), f32_bits(dv_ref[i])) << name << " dv " << i;
+      }
   }
 }
 

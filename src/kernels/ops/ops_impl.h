@@ -87,14 +87,14 @@ void attention_impl(float* out, const float* q, const float* k, const float* v, 
 
 // A run of T query tokens at positions p0 .. p0+T-1 of one sequence, the heads
 // of KV group g only: per token, per head ascending, attention_head_impl.
-void attention_group_impl(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+void attention_group_impl(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                           int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale) {
   const int64_t group = heads / kv_heads;
   std::vector<float> scores(p0 + T);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      attention_head_impl(out + (t * heads + h) * hd, q + (t * heads + h) * hd, k + g * hd, v + g * hd, p0 + t + 1,
-                          kv_stride, hd, scale, scores.data());
+      attention_head_impl(out + (t * heads + h) * hd, q + (t * heads + h) * hd, kg, vg, p0 + t + 1, kv_stride, hd, scale,
+                          scores.data());
 }
 
 void softmax_impl(float* x, int64_t rows, int64_t n) {

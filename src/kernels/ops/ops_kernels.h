@@ -19,7 +19,7 @@ struct OpsKernels {
   void (*attention_probs)(float* p, const float* qh, const float* kg, int64_t npos, int64_t kv_stride, int64_t hd,
                           float scale);
   // attention_forward_group (kernels/ops/ops.h).
-  void (*attention_group)(float* out, const float* q, int64_t T, int64_t p0, const float* k, const float* v,
+  void (*attention_group)(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                           int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale);
 };
 
@@ -39,9 +39,9 @@ struct OpsBackwardKernels {
   void (*moe_route)(float* dlogits, const float* logits, const int32_t* experts, const float* dweights, int64_t rows,
                     int64_t num_experts, int64_t k, bool renormalize);
   // attention_backward_group (kernels/ops/ops_backward.h).
-  void (*attention_group)(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t T, int64_t p0,
-                          const float* k, const float* v, int64_t kv_stride, int64_t heads, int64_t kv_heads,
-                          int64_t hd, int64_t g, float scale);
+  void (*attention_group)(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T, int64_t p0,
+                          const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride, int64_t heads,
+                          int64_t kv_heads, int64_t hd, int64_t g, float scale);
 };
 
 extern const OpsKernels kOpsScalar;

@@ -154,7 +154,8 @@ TEST(Ops, SwigluIsSiluTimesUp) {
 // The attention of a run of tokens, one KV group at a time, on every backend,
 // equals the scalar per-token reference bit for bit: head sizes on and off the
 // 16-lane path, grouped heads, runs that start mid-sequence, and scores that
-// reach exp_f's limits, NaN and infinity.
+// reach exp_f's limits, NaN and infinity; keys and values in [pos][kv_dim]
+// rows or in a cache's per-group histories.
 TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
   std::vector<const detail::OpsKernels*> tables = {&detail::kOpsScalar};
   if (cpu_features().avx2) tables.push_back(&detail::kOpsAvx2);
@@ -191,15 +192,29 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
     for (int64_t t = 0; t < cs.T; ++t)
       detail::kOpsScalar.attention(&ref[t * qd], &q[t * qd], k.data(), v.data(), cs.p0 + t + 1, stride, cs.heads,
                                    cs.kvh, cs.hd, cs.scale, scores.data());
-    for (const auto* tab : tables) {
-      std::vector<float> out(cs.T * qd, 7.0f);
-      for (int64_t g = 0; g < cs.kvh; ++g)
-        tab->attention_group(out.data(), q.data(), cs.T, cs.p0, k.data(), v.data(), stride, cs.heads, cs.kvh, cs.hd, g,
-                             cs.scale);
-      for (size_t i = 0; i < out.size(); ++i)
-        ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i])) << (tab == &detail::kOpsScalar ? "scalar" : tab == &detail::kOpsAvx2 ? "avx2" : "avx512") << " hd "
-                                                      << cs.hd << " T " << cs.T << " p0 " << cs.p0 << " at " << i;
-    }
+    // Each group's keys and values as a KvCache holds them: [group][pos][hd], stride hd.
+    std::vector<float> kg(n * stride), vg(n * stride);
+    for (int64_t g = 0; g < cs.kvh; ++g)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < cs.hd; ++d) {
+          kg[(g * n + j) * cs.hd + d] = k[j * stride + g * cs.hd + d];
+          vg[(g * n + j) * cs.hd + d] = v[j * stride + g * cs.hd + d];
+        }
+    for (const auto* tab : tables)
+      for (const bool grouped : {false, true}) {
+        std::vector<float> out(cs.T * qd, 7.0f);
+        for (int64_t g = 0; g < cs.kvh; ++g)
+          if (grouped)
+            tab->attention_group(out.data(), q.data(), cs.T, cs.p0, &kg[g * n * cs.hd], &vg[g * n * cs.hd], cs.hd,
+                                 cs.heads, cs.kvh, cs.hd, g, cs.scale);
+          else
+            tab->attention_group(out.data(), q.data(), cs.T, cs.p0, &k[g * cs.hd], &v[g * cs.hd], stride, cs.heads,
+                                 cs.kvh, cs.hd, g, cs.scale);
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i]))
+              << (tab == &detail::kOpsScalar ? "scalar" : tab == &detail::kOpsAvx2 ? "avx2" : "avx512")
+              << (grouped ? " grouped" : " rows") << " hd " << cs.hd << " T " << cs.T << " p0 " << cs.p0 << " at " << i;
+      }
   }
 }
 
