@@ -425,7 +425,52 @@ inline void pack_panel_bytes16(const uint8_t* s, int64_t K, int64_t n0, int64_t 
     _mm_storeu_si128(dd + 1, _mm_unpackhi_epi8(lo[k], hi[k]));
   }
 }
+
+// pack_panel<uint16_t, true> for a full panel and k in [k0, k0 + 8): rows j
+// and 16 + j unpacked into 32-bit pairs (one per k), then each group of four
+// rows' pairs transposed 4 x 4 so that one store writes pairs of rows 4g ..
+// 4g + 3 at one k. The scalar loop of pack_panel is the reference.
+inline void pack_panel_pairs8(const uint16_t* s, int64_t K, int64_t n0, int64_t k0, uint16_t* d) {
+  for (int g = 0; g < 4; ++g) {
+    __m128i lo[4], hi[4];  // rows 4g + i and 16 + 4g + i: pairs at k0 .. k0 + 3 and k0 + 4 .. k0 + 7
+    for (int i = 0; i < 4; ++i) {
+      const int64_t j = 4 * g + i;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (n0 + j) * K + k0));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (n0 + 16 + j) * K + k0));
+      lo[i] = _mm_unpacklo_epi16(a, b);
+      hi[i] = _mm_unpackhi_epi16(a, b);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m128i* p = h == 0 ? lo : hi;
+      const __m128i t0 = _mm_unpacklo_epi32(p[0], p[1]), t1 = _mm_unpacklo_epi32(p[2], p[3]);
+      const __m128i t2 = _mm_unpackhi_epi32(p[0], p[1]), t3 = _mm_unpackhi_epi32(p[2], p[3]);
+      uint16_t* dd = d + (k0 + 4 * h) * kPanel + 8 * g;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dd), _mm_unpacklo_epi64(t0, t1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dd + kPanel), _mm_unpackhi_epi64(t0, t1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dd + 2 * kPanel), _mm_unpacklo_epi64(t2, t3));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dd + 3 * kPanel), _mm_unpackhi_epi64(t2, t3));
+    }
+  }
+}
 #endif
+
+// BF16 pairs of one panel: pack_panel<uint16_t, true>, with full panels done 8
+// k at a time in registers (the scalar loop's 16-bit stores were most of a
+// BF16 model's prepare).
+void pack_panel_pairs(const uint16_t* s, int64_t K, int64_t n0, int64_t cols, uint16_t* d) {
+#if defined(__SSE2__)
+  if (cols == kPanel) {
+    const int64_t k8 = K / 8 * 8;
+    for (int64_t k0 = 0; k0 < k8; k0 += 8) pack_panel_pairs8(s, K, n0, k0, d);
+    for (int64_t j = 0; j < kPanel && k8 < K; ++j) {  // the last K % 8 columns
+      const int64_t pos = j < 16 ? 2 * j : 2 * (j - 16) + 1;
+      for (int64_t k = k8; k < K; ++k) d[k * kPanel + pos] = s[(n0 + j) * K + k];
+    }
+    return;
+  }
+#endif
+  pack_panel<uint16_t, true>(s, K, n0, cols, d);
+}
 
 // Element codes (MX, FP8) of one panel: pack_panel<uint8_t, true>, with full
 // panels done 16 k at a time in registers (one store per byte made the
@@ -611,8 +656,7 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                 pack_panel_transposed<uint16_t, true>(static_cast<const uint16_t*>(w.data), N, K, n0, cols,
                                                       reinterpret_cast<uint16_t*>(dst));
               else
-                pack_panel<uint16_t, true>(static_cast<const uint16_t*>(w.data), K, n0, cols,
-                                           reinterpret_cast<uint16_t*>(dst));
+                pack_panel_pairs(static_cast<const uint16_t*>(w.data), K, n0, cols, reinterpret_cast<uint16_t*>(dst));
               break;
             case WFormat::MX:
             case WFormat::FP8: {

@@ -659,25 +659,33 @@ TEST(Gemm, PackedWeightKeepsStorageFormat) {
   EXPECT_EQ(moved.n(), 64);
 }
 
-// The panel layout of gemm.h, element by element, for element codes: full
-// panels (packed 16 k at a time in registers) and a partial one (the scalar
-// loop), K a multiple of 16 or not (FP8), one panel or several.
-TEST(Gemm, PackedCodesFollowThePanelLayout) {
+// The panel layout of gemm.h, element by element, for element codes and BF16
+// pairs: full panels (packed 16 codes or 8 pairs of k at a time in registers)
+// and a partial one (the scalar loop), K a multiple of 16 or 8 or not (FP8,
+// BF16), one panel or several.
+TEST(Gemm, PackedPanelsFollowTheLayout) {
   uint32_t seed = 500;
-  for (Kind kind : {Kind::MxE4M3RCeil, Kind::Fp8Tensor})
+  for (Kind kind : {Kind::MxE4M3RCeil, Kind::Fp8Tensor, Kind::BF16})
     for (int64_t n : {32, 70})
-      for (int64_t k : {32, 1024, 40, 7}) {
-        if (kind != Kind::Fp8Tensor && k % 32 != 0) continue;
+      for (int64_t k : {32, 1024, 40, 7, 45}) {
+        if (kind == Kind::MxE4M3RCeil && k % 32 != 0) continue;
         const Weight w = make_weight(kind, n, k, ++seed, /*specials=*/true);
         ThreadPool pool(2);
         const PackedWeight pw = PackedWeight::pack(w.view, {&pool});
         for (int64_t p = 0; p < pw.panels(); ++p) {
-          const auto* d = static_cast<const uint8_t*>(pw.panel_data(p));
+          const auto* d8 = static_cast<const uint8_t*>(pw.panel_data(p));
+          const auto* d16 = static_cast<const uint16_t*>(pw.panel_data(p));
           for (int64_t j = 0; j < PackedWeight::kPanel; ++j) {
             const int64_t pos = j < 16 ? 2 * j : 2 * (j - 16) + 1, row = p * PackedWeight::kPanel + j;
-            for (int64_t kk = 0; kk < k; ++kk)
-              ASSERT_EQ(d[kk * PackedWeight::kPanel + pos], row < n ? w.codes[row * k + kk] : 0)
-                  << w.name << " n " << n << " k " << k << " row " << row << " k " << kk;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const int64_t at = kk * PackedWeight::kPanel + pos;
+              if (kind == Kind::BF16)
+                ASSERT_EQ(d16[at], row < n ? w.bf16[row * k + kk] : 0)
+                    << w.name << " n " << n << " k " << k << " row " << row << " k " << kk;
+              else
+                ASSERT_EQ(d8[at], row < n ? w.codes[row * k + kk] : 0)
+                    << w.name << " n " << n << " k " << k << " row " << row << " k " << kk;
+            }
           }
         }
       }
