@@ -196,9 +196,7 @@ void FaultHooks::edit_bundle(Bundle& b, const Model& learner, const ParamTable& 
     const PreparedLinear* have = learner.find_linear(name);
     if (!have || !is_mx(have->prec)) fail("fault col-blocks: {} is not an MX linear on the learner", name);
     PreparedLinear L = have->payload();
-    std::vector<float> compute(static_cast<size_t>(p.numel));
-    bf16_round(masters.data(i), p.numel, compute.data(), exec);
-    mx_quantize(compute.data(), InType::F32, p.shape[0], p.shape[1],
+    mx_quantize(masters.data(i), InType::F32AsBF16, p.shape[0], p.shape[1],
                 {L.prec.elem, L.prec.rule, Axis::Col, Rounding::RNE, 0}, L.codes.data(), L.mx_scales.data(), exec);
     replace_linear(b, name, L);
   }

@@ -9,7 +9,6 @@
 #include "numerics/fp8_grid.h"
 #include "numerics/mx.h"
 #include "util/error.h"
-#include "util/thread_pool.h"
 
 namespace mxrl {
 
@@ -79,21 +78,10 @@ HeldSizes mx_sizes(int64_t n, int64_t k) { return {.codes = n * k, .mx_scales = 
 void mx_prepare(PreparedLinear& L, const float* w, const Exec& exec) {
   L.codes.resize(L.n * L.k);
   L.mx_scales.resize(mx_num_scales(L.n, L.k, Axis::Row));
-  // Row chunks, each rounded to the BF16 compute copy in a per-thread scratch
-  // and quantized from there: no whole-matrix temporary (row blocks with RNE
-  // make every row's codes independent of the others).
-  const int64_t k = L.k, rows = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(k, 1));
-  const Exec one{nullptr, exec.backend};
-  const MxConfig cfg = row_blocks(L.prec.elem, L.prec.rule);
-  parallel_for(exec.pool, (L.n + rows - 1) / rows, [&](int64_t c0, int64_t c1) {
-    std::vector<uint16_t> tmp(static_cast<size_t>(rows * k));
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t r0 = c * rows, r1 = std::min(L.n, r0 + rows);
-      bf16_encode(w + r0 * k, (r1 - r0) * k, tmp.data(), one);
-      mx_quantize(tmp.data(), InType::BF16, r1 - r0, k, cfg, L.codes.data() + r0 * k,
-                  L.mx_scales.data() + mx_num_scales(r0, k, Axis::Row), one);
-    }
-  });
+  // The BF16 compute copy's codes, each weight rounded to BF16 as the
+  // quantizer reads it (InType::F32AsBF16): one pass, no BF16 temporary.
+  mx_quantize(w, InType::F32AsBF16, L.n, L.k, row_blocks(L.prec.elem, L.prec.rule), L.codes.data(),
+              L.mx_scales.data(), exec);
 }
 void mx_view(const PreparedLinear& L, WeightView& v) {
   v.data = L.codes.data();
@@ -139,11 +127,11 @@ HeldSizes fp8_sizes(int64_t n, int64_t k) {
 }
 template <Precision P>
 void fp8_prepare(PreparedLinear& L, const float* w, const Exec& exec) {
-  const auto compute = to_bf16(w, L.n * L.k, exec);
   const Fp8Grid g = weight_grid<P>(L.n, L.k);
   L.codes.resize(L.n * L.k);
   L.fp8_scales.resize(fp8_num_scales(L.n, L.k, g));
-  fp8_quantize(compute.data(), InType::BF16, L.n, L.k, g, L.prec.elem, L.codes.data(), L.fp8_scales.data(), exec);
+  // The BF16 compute copy's codes (InType::F32AsBF16, as mx_prepare).
+  fp8_quantize(w, InType::F32AsBF16, L.n, L.k, g, L.prec.elem, L.codes.data(), L.fp8_scales.data(), exec);
 }
 template <Precision P>
 void fp8_view(const PreparedLinear& L, WeightView& v) {

@@ -31,7 +31,10 @@ enum class ScaleRule : uint8_t { Floor, RCeil };
 enum class Axis : uint8_t { Row, Col };
 enum class Rounding : uint8_t { RNE, Stochastic };
 // High-precision inputs the quantizers read directly (each is exact in FP32).
-enum class InType : uint8_t { F32, BF16, F16 };
+// F32AsBF16: FP32 values each rounded to BF16 as it is read (f32_to_bf16: RNE,
+// a NaN quieted), so the codes and scales are those of bf16_encode(x) read as
+// BF16, in one pass and without the BF16 copy.
+enum class InType : uint8_t { F32, BF16, F16, F32AsBF16 };
 
 const char* scale_rule_name(ScaleRule r);
 const char* axis_name(Axis a);

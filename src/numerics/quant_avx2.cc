@@ -166,6 +166,17 @@ inline __m256i sr_encode8(__m256 v, const Elem8& p, __m256i u) {
   return encode8(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign)), p);
 }
 
+// f32_to_bf16 on 8 lanes, in the low halves of 32-bit lanes.
+inline __m256i bf16_bits8(__m256i u) {
+  const __m256i hi = _mm256_srli_epi32(u, 16);
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(hi, _mm256_set1_epi32(1)))), 16);
+  // |u| > Inf (a NaN), as a signed compare: both sides are below 2^31.
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                         _mm256_set1_epi32(static_cast<int>(kInfBits)));
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+
 // 8 consecutive inputs from element i, widened exactly to FP32.
 inline __m256 load8(const void* x, InType in, int64_t i) {
   switch (in) {
@@ -176,6 +187,10 @@ inline __m256 load8(const void* x, InType in, int64_t i) {
     }
     case InType::F16:
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i)));
+    case InType::F32AsBF16: {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(x) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits8(u), 16));
+    }
   }
   return _mm256_setzero_ps();
 }
@@ -313,17 +328,6 @@ void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, i
       }
     }
   if (cv < c1) kScalarKernels.mx_dequant_col(codes, scales, cols, g0, g1, cv, c1, elem, out);
-}
-
-// f32_to_bf16 on 8 lanes, in the low halves of 32-bit lanes.
-inline __m256i bf16_bits8(__m256i u) {
-  const __m256i hi = _mm256_srli_epi32(u, 16);
-  const __m256i rounded = _mm256_srli_epi32(
-      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(hi, _mm256_set1_epi32(1)))), 16);
-  // |u| > Inf (a NaN), as a signed compare: both sides are below 2^31.
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
-                                         _mm256_set1_epi32(static_cast<int>(kInfBits)));
-  return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
 }
 
 void bf16_encode(const float* x, int64_t n, uint16_t* out) {

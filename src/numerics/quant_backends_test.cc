@@ -81,12 +81,14 @@ struct Source {
   std::vector<float> f32;
   std::vector<uint16_t> half;  // bf16 or f16 bits
   InType in;
-  const void* data() const { return in == InType::F32 ? static_cast<const void*>(f32.data()) : half.data(); }
+  const void* data() const {
+    return in == InType::F32 || in == InType::F32AsBF16 ? static_cast<const void*>(f32.data()) : half.data();
+  }
 };
 
 Source make_source(InType in, int64_t rows, int64_t cols, uint32_t seed) {
   Source s{edge_case_tensor(rows, cols, seed), {}, in};
-  if (in != InType::F32) {
+  if (in == InType::BF16 || in == InType::F16) {
     std::mt19937 rng(seed);
     s.half.resize(s.f32.size());
     for (size_t i = 0; i < s.f32.size(); ++i)
@@ -100,12 +102,13 @@ TEST(QuantBackends, MxQuantizeMatchesScalarReference) {
   ThreadPool pool(3);
   uint32_t seed = 100;
   for (Backend be : backends())
-    for (InType in : {InType::F32, InType::BF16, InType::F16})
+    for (InType in : {InType::F32, InType::BF16, InType::F16, InType::F32AsBF16})
       for (ElemType t : kAllElemTypes)
         for (ScaleRule rule : {ScaleRule::Floor, ScaleRule::RCeil})
           for (Axis axis : {Axis::Row, Axis::Col})
             for (Rounding rnd : {Rounding::RNE, Rounding::Stochastic}) {
-              const int64_t rows = axis == Axis::Row ? 37 : 96, cols = axis == Axis::Row ? 160 : 53;
+              // Rows of 21 blocks: the AVX-512 row kernel's 16-block path and its tail.
+              const int64_t rows = axis == Axis::Row ? 13 : 96, cols = axis == Axis::Row ? 672 : 53;
               const Source src = make_source(in, rows, cols, ++seed);
               const MxConfig cfg{t, rule, axis, rnd, seed};
               const int64_t ns = mx_num_scales(rows, cols, axis);
@@ -125,6 +128,40 @@ TEST(QuantBackends, MxQuantizeMatchesScalarReference) {
             }
 }
 
+// FP32 read as F32AsBF16 quantizes to the bytes of its BF16 rounding read as
+// BF16 (bf16_encode first), on every backend, MX rows and columns and FP8
+// grids alike: the contract that lets a model's prepare skip the BF16 copy.
+TEST(QuantBackends, F32AsBf16IsTheBf16CopyQuantized) {
+  ThreadPool pool(2);
+  uint32_t seed = 900;
+  const int64_t rows = 64, cols = 672;
+  for (Backend be : backends())
+    for (ElemType t : {ElemType::E4M3, ElemType::E5M2, ElemType::E2M1}) {
+      const std::vector<float> x = edge_case_tensor(rows, cols, ++seed);
+      std::vector<uint16_t> bf(x.size());
+      bf16_encode(x.data(), rows * cols, bf.data(), {nullptr, Backend::Scalar});
+      const std::string what = std::string(backend_name(be)) + " " + elem_traits(t).name;
+      for (Axis axis : {Axis::Row, Axis::Col}) {
+        const MxConfig cfg{t, ScaleRule::RCeil, axis, Rounding::RNE, 0};
+        const int64_t ns = mx_num_scales(rows, cols, axis);
+        std::vector<uint8_t> c0(x.size()), s0(ns), c1(x.size(), 0xAA), s1(ns, 0xAA);
+        mx_quantize(bf.data(), InType::BF16, rows, cols, cfg, c0.data(), s0.data(), {nullptr, Backend::Scalar});
+        mx_quantize(x.data(), InType::F32AsBF16, rows, cols, cfg, c1.data(), s1.data(), {&pool, be});
+        expect_same_bits(s0, s1, what + " " + axis_name(axis) + " scales");
+        expect_same_bits(c0, c1, what + " " + axis_name(axis) + " codes");
+      }
+      if (t == ElemType::E2M1) continue;  // FP8 grids hold FP8 elements only
+      const Fp8Grid g = Fp8Grid::block128_weight();
+      const int64_t ns = fp8_num_scales(rows, cols, g);
+      std::vector<uint8_t> c0(x.size()), c1(x.size(), 0xAA);
+      std::vector<float> s0(ns), s1(ns);
+      fp8_quantize(bf.data(), InType::BF16, rows, cols, g, t, c0.data(), s0.data(), {nullptr, Backend::Scalar});
+      fp8_quantize(x.data(), InType::F32AsBF16, rows, cols, g, t, c1.data(), s1.data(), {&pool, be});
+      expect_same_bits(s0, s1, what + " fp8 scales");
+      expect_same_bits(c0, c1, what + " fp8 codes");
+    }
+}
+
 // The one-pass round trip (activations and gradients on the MX grid) is the
 // scalar quantize-then-dequantize, bit for bit, in place or not.
 TEST(QuantBackends, MxRoundTripRowsIsQuantizeThenDequantize) {
@@ -134,7 +171,7 @@ TEST(QuantBackends, MxRoundTripRowsIsQuantizeThenDequantize) {
     for (ElemType t : kAllElemTypes)
       for (ScaleRule rule : {ScaleRule::Floor, ScaleRule::RCeil})
         for (Rounding rnd : {Rounding::RNE, Rounding::Stochastic}) {
-          const int64_t rows = 67, cols = 96;
+          const int64_t rows = 67, cols = 672;
           const std::vector<float> x = edge_case_tensor(rows, cols, ++seed);
           const MxConfig cfg{t, rule, Axis::Row, rnd, seed};
           std::vector<uint8_t> c(rows * cols), sc(mx_num_scales(rows, cols, Axis::Row));
@@ -180,7 +217,7 @@ TEST(QuantBackends, Fp8GridsMatchScalarReference) {
   uint32_t seed = 500;
   const int64_t rows = 200, cols = 300;
   for (Backend be : backends())
-    for (InType in : {InType::F32, InType::BF16})
+    for (InType in : {InType::F32, InType::BF16, InType::F32AsBF16})
       for (ElemType t : {ElemType::E4M3, ElemType::E5M2})
         for (Fp8Grid g : {Fp8Grid::per_tensor(rows, cols), Fp8Grid::per_token(cols), Fp8Grid::block128_weight(),
                           Fp8Grid::block128_act()}) {

@@ -27,6 +27,11 @@ float load_in(const void* x, InType in, int64_t i) {
       std::memcpy(&h, static_cast<const char*>(x) + 2 * i, 2);
       return f16_to_f32(h);
     }
+    case InType::F32AsBF16: {
+      float f;
+      std::memcpy(&f, static_cast<const char*>(x) + 4 * i, 4);
+      return bf16_to_f32(f32_to_bf16(f));
+    }
   }
   return 0;
 }

@@ -13,6 +13,18 @@
 
 namespace mxrl {
 
+// f32_to_bf16 on 16 lanes: RNE on the bits, a NaN quieted (payload's top
+// bits kept), as a 32-bit lane holding the 16 BF16 bits.
+inline __m512i bf16_bits16(__m512i u) {
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i hi = _mm512_srli_epi32(u, 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(hi, one))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(static_cast<int>(0x7F800000)));
+  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+
 // 16 consecutive inputs starting at element i, widened exactly to FP32.
 // Masked lanes read nothing and are zero.
 inline __m512 load16(const void* x, InType in, int64_t i, __mmask16 m = 0xFFFF) {
@@ -25,6 +37,10 @@ inline __m512 load16(const void* x, InType in, int64_t i, __mmask16 m = 0xFFFF) 
     case InType::F16: {
       const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x) + i);
       return _mm512_cvtph_ps(h);
+    }
+    case InType::F32AsBF16: {
+      const __m512i u = _mm512_maskz_loadu_epi32(m, static_cast<const float*>(x) + i);
+      return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits16(u), 16));
     }
   }
   return _mm512_setzero_ps();
