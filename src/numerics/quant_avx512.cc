@@ -57,11 +57,12 @@ inline __m512i sr_encode16(__m512 v, const SimdElem& p, __m512i u) {
   return encode16(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign)), p);
 }
 
-template <bool kStochastic>
+// kNan false: x holds no NaN (a finite block's elements).
+template <bool kStochastic, bool kNan = true>
 inline __m512i quant16(__m512 x, __m512 neg_e, const SimdElem& p, uint64_t key, uint64_t idx) {
   const __m512 v = _mm512_scalef_ps(x, neg_e);  // x * 2^-e, exact unless it underflows to 0-bound values
   if constexpr (kStochastic) return sr_encode16(v, p, sr_bits16(key, idx));
-  return encode16(v, p);
+  return encode16<kNan>(v, p);
 }
 
 // Scale bytes for 16 finite block maxima (mx_scale_byte, vectorized).
@@ -117,29 +118,37 @@ inline __m512i max_across16(__m512i m[16]) {
 }
 
 // Row blocks 16 at a time (their maxima side by side, their scale bytes in
-// one vector; the inputs widened to FP32 once, kept in L1 for the encode),
-// the row's last nb % 16 blocks one by one; the same bits either way
-// (quant_backends_test runs rows of 16 + 5 blocks). The input type is a
-// template argument so that the widening folds into the loops.
+// one vector), the row's last nb % 16 blocks one by one; the same bits
+// either way (quant_backends_test runs rows of 16 + 5 blocks). The input
+// type is a template argument so that the widening folds into the loops.
+// F32AsBF16 in the 16-block path: the maxima are taken over the FP32 inputs
+// and rounded to BF16 once (the rounding is monotonic in magnitude, so that is
+// the maximum of the rounded values; a NaN stays NaN and a value that rounds
+// to Inf gives Inf, a bad block either way), and the elements of a good
+// block, all finite, are rounded without the NaN case as they are encoded.
 template <bool kStochastic, InType in>
 void mx_quant_row_t(const void* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
                     uint8_t* scales) {
+  constexpr bool kRound = in == InType::F32AsBF16;
+  constexpr InType raw = kRound ? InType::F32 : in;
+  const auto element = [&](int64_t i) {
+    const __m512 v = load16(x, raw, i);
+    if constexpr (kRound) return bf16_round_finite16(v);
+    return v;
+  };
   const SimdElem p(cfg.elem);
   const uint64_t key = sr_key(cfg.seed);
   const int64_t nb = cols / kMxBlock;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t b = 0;
-    alignas(64) float wide[16 * kMxBlock];
     for (; b + 16 <= nb; b += 16) {
       const int64_t i0 = r * cols + b * kMxBlock;
       __m512i m[16];
-      for (int j = 0; j < 16; ++j) {
-        const __m512 lo = load16(x, in, i0 + j * kMxBlock), hi = load16(x, in, i0 + j * kMxBlock + 16);
-        _mm512_store_ps(wide + j * kMxBlock, lo);
-        _mm512_store_ps(wide + j * kMxBlock + 16, hi);
-        m[j] = _mm512_max_epu32(abs_bits16(lo), abs_bits16(hi));
-      }
-      const __m512i amax = max_across16(m);
+      for (int j = 0; j < 16; ++j)
+        m[j] = _mm512_max_epu32(abs_bits16(load16(x, raw, i0 + j * kMxBlock)),
+                                abs_bits16(load16(x, raw, i0 + j * kMxBlock + 16)));
+      __m512i amax = max_across16(m);
+      if constexpr (kRound) amax = _mm512_slli_epi32(bf16_bits16(amax), 16);
       const __mmask16 bad = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(static_cast<int>(kInfBits)));
       const __m512i sb =
           _mm512_mask_mov_epi32(scale_bytes16(amax, cfg.elem, cfg.rule), bad, _mm512_set1_epi32(kE8M0Nan));
@@ -152,8 +161,8 @@ void mx_quant_row_t(const void* x, int64_t cols, int64_t r0, int64_t r1, const M
           continue;
         }
         const __m512 ne = _mm512_permutexvar_ps(_mm512_set1_epi32(j), neg_e);
-        store16(codes + i, quant16<kStochastic>(_mm512_load_ps(wide + j * kMxBlock), ne, p, key, i));
-        store16(codes + i + 16, quant16<kStochastic>(_mm512_load_ps(wide + j * kMxBlock + 16), ne, p, key, i + 16));
+        store16(codes + i, quant16<kStochastic, false>(element(i), ne, p, key, i));
+        store16(codes + i + 16, quant16<kStochastic, false>(element(i + 16), ne, p, key, i + 16));
       }
     }
     for (; b < nb; ++b) {

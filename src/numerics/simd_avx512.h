@@ -25,6 +25,15 @@ inline __m512i bf16_bits16(__m512i u) {
   return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
 }
 
+// The same rounding for finite lanes, back in FP32 (no NaN case: a caller
+// that may meet NaN uses bf16_bits16).
+inline __m512 bf16_round_finite16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
 // 16 consecutive inputs starting at element i, widened exactly to FP32.
 // Masked lanes read nothing and are zero.
 inline __m512 load16(const void* x, InType in, int64_t i, __mmask16 m = 0xFFFF) {
@@ -92,7 +101,8 @@ struct SimdElem {
 };
 
 // RNE, saturating encode of 16 lanes (matches elem_encode). Codes in the low
-// byte of each 32-bit lane.
+// byte of each 32-bit lane. kNan false: the caller knows no lane is NaN.
+template <bool kNan = true>
 inline __m512i encode16(__m512 v, const SimdElem& p) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i sign = _mm512_srl_epi32(_mm512_and_si512(bits, p.sign_in), _mm_cvtsi32_si128(p.sign_shift));
@@ -106,6 +116,7 @@ inline __m512i encode16(__m512 v, const SimdElem& p) {
   const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(a, p.sub_magic)), p.sub_magic_bits);
   const __mmask16 is_sub = _mm512_cmp_ps_mask(a, p.min_normal, _CMP_LT_OQ);
   __m512i code = _mm512_or_si512(_mm512_mask_blend_epi32(is_sub, normal, sub), sign);
+  if constexpr (!kNan) return code;
   const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   return _mm512_mask_mov_epi32(code, is_nan, p.nan_code);
 }
