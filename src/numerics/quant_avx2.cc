@@ -215,9 +215,10 @@ inline __m256i quant8(__m256 x, __m256 mul, const Elem8& p, uint64_t key, int64_
 // 2^(127 - s) as FP32 for a finite scale byte s (s = 254: 2^-127, an FP32 subnormal).
 inline float descale(uint8_t s) { return f32_from_bits(s == 254 ? 0x00400000u : uint32_t(254 - s) << 23); }
 
-template <bool kStochastic>
-void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg,
-                    uint8_t* codes, uint8_t* scales) {
+// The input type is a template argument so that the widening folds into the loop.
+template <bool kStochastic, InType in>
+void mx_quant_row_t(const void* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
+                    uint8_t* scales) {
   const Elem8 p(cfg.elem);
   const uint64_t key = sr_key(cfg.seed);
   const int64_t nb = cols / kMxBlock;
@@ -248,10 +249,22 @@ void mx_quant_row_t(const void* x, InType in, int64_t cols, int64_t r0, int64_t 
     }
 }
 
+template <bool kStochastic>
+void mx_quant_row_r(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg,
+                    uint8_t* codes, uint8_t* scales) {
+  switch (in) {
+    case InType::F32: return mx_quant_row_t<kStochastic, InType::F32>(x, cols, r0, r1, cfg, codes, scales);
+    case InType::BF16: return mx_quant_row_t<kStochastic, InType::BF16>(x, cols, r0, r1, cfg, codes, scales);
+    case InType::F16: return mx_quant_row_t<kStochastic, InType::F16>(x, cols, r0, r1, cfg, codes, scales);
+    case InType::F32AsBF16:
+      return mx_quant_row_t<kStochastic, InType::F32AsBF16>(x, cols, r0, r1, cfg, codes, scales);
+  }
+}
+
 void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
                   uint8_t* scales) {
-  if (cfg.round == Rounding::Stochastic) return mx_quant_row_t<true>(x, in, cols, r0, r1, cfg, codes, scales);
-  mx_quant_row_t<false>(x, in, cols, r0, r1, cfg, codes, scales);
+  if (cfg.round == Rounding::Stochastic) return mx_quant_row_r<true>(x, in, cols, r0, r1, cfg, codes, scales);
+  mx_quant_row_r<false>(x, in, cols, r0, r1, cfg, codes, scales);
 }
 
 // The low bytes of 8 lanes, stored as 8 bytes.
