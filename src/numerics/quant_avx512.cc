@@ -183,24 +183,15 @@ void mx_quant_row_t(const void* x, int64_t cols, int64_t r0, int64_t r1, const M
   }
 }
 
-template <bool kStochastic>
-void mx_quant_row_r(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg,
-                    uint8_t* codes, uint8_t* scales) {
-  switch (in) {
-    case InType::F32: return mx_quant_row_t<kStochastic, InType::F32>(x, cols, r0, r1, cfg, codes, scales);
-    case InType::BF16: return mx_quant_row_t<kStochastic, InType::BF16>(x, cols, r0, r1, cfg, codes, scales);
-    case InType::F16: return mx_quant_row_t<kStochastic, InType::F16>(x, cols, r0, r1, cfg, codes, scales);
-    case InType::F32AsBF16:
-      return mx_quant_row_t<kStochastic, InType::F32AsBF16>(x, cols, r0, r1, cfg, codes, scales);
-  }
-}
-
 void mx_quant_row(const void* x, InType in, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
                   uint8_t* scales) {
-  if (cfg.round == Rounding::Stochastic)
-    mx_quant_row_r<true>(x, in, cols, r0, r1, cfg, codes, scales);
-  else
-    mx_quant_row_r<false>(x, in, cols, r0, r1, cfg, codes, scales);
+  with_in_type(in, [&](auto t) {
+    constexpr InType kIn = decltype(t)::value;
+    if (cfg.round == Rounding::Stochastic)
+      mx_quant_row_t<true, kIn>(x, cols, r0, r1, cfg, codes, scales);
+    else
+      mx_quant_row_t<false, kIn>(x, cols, r0, r1, cfg, codes, scales);
+  });
 }
 
 template <bool kStochastic>

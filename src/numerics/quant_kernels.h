@@ -4,6 +4,7 @@
 // global element indices.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "numerics/mx.h"
 
@@ -46,5 +47,19 @@ const QuantKernels& quant_kernels(Backend b);  // b resolved with resolve_backen
 inline uint32_t abs_bits(uint32_t u) { return u & 0x7FFFFFFFu; }
 inline constexpr uint32_t kInfBits = 0x7F800000u;
 inline constexpr uint32_t kCanonicalNan = 0x7FC00000u;
+
+// f(std::integral_constant<InType, in>{}) for the run-time input type in: a
+// kernel templated on its input type is instantiated for each and chosen once
+// per call, so that the widening folds into its loops.
+template <typename F>
+decltype(auto) with_in_type(InType in, F&& f) {
+  switch (in) {
+    case InType::F32: return f(std::integral_constant<InType, InType::F32>{});
+    case InType::BF16: return f(std::integral_constant<InType, InType::BF16>{});
+    case InType::F16: return f(std::integral_constant<InType, InType::F16>{});
+    case InType::F32AsBF16: break;
+  }
+  return f(std::integral_constant<InType, InType::F32AsBF16>{});
+}
 
 }  // namespace mxrl::detail

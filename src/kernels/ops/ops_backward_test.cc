@@ -14,6 +14,7 @@
 #include "kernels/ops/ops.h"
 #include "kernels/ops/ops_kernels.h"
 #include "numerics/formats.h"
+#include "testing/kv_layout.h"
 
 // Gradient checks: each op's FP32 backward, given an upstream gradient r,
 // against central differences of a double-precision reference forward of
@@ -499,13 +500,8 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
                                            scores.data());
     // Keys and values also as a KvCache holds them ([group][pos][hd], stride
     // hd) while dk/dv stay [pos][kv_heads * hd] rows: the learner's case.
-    std::vector<float> kg(n * stride), vg(n * stride);
-    for (int64_t g = 0; g < cs.kvh; ++g)
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t d = 0; d < cs.hd; ++d) {
-          kg[(g * n + j) * cs.hd + d] = k[j * stride + g * cs.hd + d];
-          vg[(g * n + j) * cs.hd + d] = v[j * stride + g * cs.hd + d];
-        }
+    const auto kg = test::group_histories(k, n, cs.kvh, cs.hd, stride);
+    const auto vg = test::group_histories(v, n, cs.kvh, cs.hd, stride);
     for (const auto* tab : tables)
       for (const bool grouped : {false, true}) {
         std::vector<float> dq(cs.T * qd, 5.0f), dk = dk0, dv = dv0;

@@ -10,6 +10,7 @@
 #include "kernels/ops/math.h"
 #include "kernels/ops/ops_kernels.h"
 #include "numerics/formats.h"
+#include "testing/kv_layout.h"
 
 namespace mxrl {
 namespace {
@@ -193,13 +194,8 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
       detail::kOpsScalar.attention(&ref[t * qd], &q[t * qd], k.data(), v.data(), cs.p0 + t + 1, stride, cs.heads,
                                    cs.kvh, cs.hd, cs.scale, scores.data());
     // Each group's keys and values as a KvCache holds them: [group][pos][hd], stride hd.
-    std::vector<float> kg(n * stride), vg(n * stride);
-    for (int64_t g = 0; g < cs.kvh; ++g)
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t d = 0; d < cs.hd; ++d) {
-          kg[(g * n + j) * cs.hd + d] = k[j * stride + g * cs.hd + d];
-          vg[(g * n + j) * cs.hd + d] = v[j * stride + g * cs.hd + d];
-        }
+    const auto kg = test::group_histories(k, n, cs.kvh, cs.hd, stride);
+    const auto vg = test::group_histories(v, n, cs.kvh, cs.hd, stride);
     for (const auto* tab : tables)
       for (const bool grouped : {false, true}) {
         std::vector<float> out(cs.T * qd, 7.0f);
