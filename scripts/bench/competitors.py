@@ -43,6 +43,9 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+COMMITS = set()  # the git commits mxrl's own runs name in their provenance (the header prints them)
+
+
 def run_mxrl(binary, args):
     """One `mxrl bench ... --json` run; returns the JSON of its last stdout line."""
     for _ in range(60):  # another build may be replacing the binary: wait up to 2 minutes
@@ -52,7 +55,9 @@ def run_mxrl(binary, args):
     p = subprocess.run([str(binary), *map(str, args), "--json"], capture_output=True, text=True)
     if p.returncode != 0 or not p.stdout.strip():
         die(f"{binary} {' '.join(map(str, args))} failed (exit {p.returncode}): {p.stderr.strip()[-500:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    COMMITS.add(j.get("provenance", {}).get("commit", "?"))
+    return j
 
 
 def kernels(a):
@@ -383,8 +388,9 @@ def header(a):
         except metadata.PackageNotFoundError:
             vers.append(f"{pkg} absent")
     mx = subprocess.run([str(a.mxrl), "--version"], capture_output=True, text=True).stdout.strip()
-    return (f"{datetime.datetime.now().isoformat(timespec='seconds')} | {cpu} | {a.threads} threads | "
-            f"{a.rounds} rounds | {mx or 'mxrl ?'} | mxrl kernels {a.kernels or 'default'} | {', '.join(vers)} | python {platform.python_version()}")
+    commit = ", ".join(sorted(COMMITS)) or "?"  # header() runs after the benches
+    return (f"{a.started} | {cpu} | {a.threads} threads | {a.rounds} rounds | {mx or 'mxrl ?'}, commit {commit} | "
+            f"mxrl kernels {a.kernels or 'default'} | {', '.join(vers)} | python {platform.python_version()}")
 
 
 def parse_args():
@@ -442,8 +448,8 @@ def main():
         a.work_dir = tmp = tempfile.mkdtemp(prefix="mxrl-competitors-")
     Path(a.work_dir).mkdir(parents=True, exist_ok=True)
     table, raw = Table(), {}
+    a.started = datetime.datetime.now().isoformat(timespec="seconds")
     try:
-        head = header(a)
         if "train" in a.only:
             bench_train(a, table, raw)
         if "decode" in a.only:
@@ -451,6 +457,7 @@ def main():
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+    head = header(a)
     print(head + "\n")
     print(table.markdown())
     if a.json:
