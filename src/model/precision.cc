@@ -80,8 +80,8 @@ void mx_prepare(PreparedLinear& L, const float* w, const Exec& exec) {
   L.mx_scales.resize(mx_num_scales(L.n, L.k, Axis::Row));
   // The BF16 compute copy's codes, each weight rounded to BF16 as the
   // quantizer reads it (InType::F32AsBF16): one pass, no BF16 temporary.
-  mx_quantize(w, InType::F32AsBF16, L.n, L.k, row_blocks(L.prec.elem, L.prec.rule), L.codes.data(),
-              L.mx_scales.data(), exec);
+  mx_quantize(w, InType::F32AsBF16, L.n, L.k, row_blocks(L.prec.elem, L.prec.rule), L.codes.data(), L.mx_scales.data(),
+              exec);
 }
 void mx_view(const PreparedLinear& L, WeightView& v) {
   v.data = L.codes.data();

@@ -143,7 +143,8 @@ TEST(QuantBackends, F32AsBf16IsTheBf16CopyQuantized) {
       // payload would carry into the sign, a tie to even at the top.
       const uint32_t special[] = {0x7F7FFFFF, 0xFF7F8000, 0x7F7F7FFF, 0x7F7F8000, 0x7F800001,
                                   0x7FFFFFFF, 0xFFFFFFFF, 0xFF800000, 0x3F808000, 0x00008000};
-      for (int64_t r = 0; r < rows; r += 2) x[r * cols + (r * 37) % (16 * kMxBlock)] = f32_from_bits(special[r / 2 % 10]);
+      for (int64_t r = 0; r < rows; r += 2)
+        x[r * cols + (r * 37) % (16 * kMxBlock)] = f32_from_bits(special[r / 2 % 10]);
       std::vector<uint16_t> bf(x.size());
       bf16_encode(x.data(), rows * cols, bf.data(), {nullptr, Backend::Scalar});
       const std::string what = std::string(backend_name(be)) + " " + elem_traits(t).name;

@@ -249,8 +249,7 @@ void forward_heads(float* out, const float* q, int64_t t, int64_t p0, const floa
 template <int H>
 void backward_heads(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t t, int64_t p0,
                     const float* kg, int64_t kv_stride, int64_t dkv_stride, int64_t heads, int64_t hd, int64_t h0,
-                    float scale,
-                    int64_t cap, Scratch& s) {
+                    float scale, int64_t cap, Scratch& s) {
   const __m512 vscale = _mm512_set1_ps(scale);
   const int64_t r = (t * heads + h0) * hd, npos = p0 + t + 1;
   float *p = s.p.data(), *dp = s.dp.data(), *ds = s.ds.data(), *sds = s.sds.data();
@@ -296,11 +295,12 @@ void attention_group_avx512(float* out, const float* q, int64_t T, int64_t p0, c
 }
 
 void attention_backward_group_avx512(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
-                                     int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride, int64_t heads,
-                                     int64_t kv_heads, int64_t hd, int64_t g, float scale) {
+                                     int64_t p0, const float* kg, const float* vg, int64_t kv_stride,
+                                     int64_t dkv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g,
+                                     float scale) {
   if (hd % kChunk != 0)
-    return kOpsBackwardScalar.attention_group(dq, dkg, dvg, dout, q, T, p0, kg, vg, kv_stride, dkv_stride, heads, kv_heads, hd, g,
-                                              scale);
+    return kOpsBackwardScalar.attention_group(dq, dkg, dvg, dout, q, T, p0, kg, vg, kv_stride, dkv_stride, heads,
+                                              kv_heads, hd, g, scale);
   const int64_t group = heads / kv_heads, n = p0 + T, h1 = (g + 1) * group, cap = chunks(n) * kChunk;
   Scratch& s = scratch();
   transpose_keys(s.kt, kg, n, kv_stride, hd);
@@ -312,7 +312,8 @@ void attention_backward_group_avx512(float* dq, float* dkg, float* dvg, const fl
       backward_heads<4>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
     for (; h + 2 <= h1; h += 2)
       backward_heads<2>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
-    for (; h < h1; ++h) backward_heads<1>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
+    for (; h < h1; ++h)
+      backward_heads<1>(dq, dkg, dvg, dout, q, t, p0, kg, kv_stride, dkv_stride, heads, hd, h, scale, cap, s);
   }
 }
 

@@ -53,10 +53,10 @@ void attention_forward(float* out, const float* q, const float* k, const float* 
 // touched. kg and vg point at group g's key and value at position 0, position
 // j at kg + j*kv_stride: k + g*hd with kv_stride kv_heads*hd for rows of
 // [pos][kv_heads * hd], or a KvCache group's contiguous history (KvCache::k)
-// with kv_stride hd. Bit for bit attention_forward per token,
-// so runs and groups can be cut across threads in any way. The AVX-512 kernel transposes the group's keys
-// once per call into 16-key chunks and computes 16 dot products per vector,
-// each still a sequential fma in d order.
+// with kv_stride hd. Bit for bit attention_forward per token, so runs and
+// groups can be cut across threads in any way. The AVX-512 kernel transposes
+// the group's keys once per call into 16-key chunks and computes 16 dot
+// products per vector, each still a sequential fma in d order.
 void attention_forward_group(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                              int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale,
                              const Exec& exec = {});

@@ -141,8 +141,8 @@ void exp_avx2(float* y, const float* x, int64_t n) {
 void attention_group_avx2(float* out, const float* q, int64_t T, int64_t p0, const float* kg, const float* vg,
                           int64_t kv_stride, int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale);
 void attention_backward_group_avx2(float* dq, float* dkg, float* dvg, const float* dout, const float* q, int64_t T,
-                                   int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride, int64_t heads,
-                                   int64_t kv_heads, int64_t hd, int64_t g, float scale);
+                                   int64_t p0, const float* kg, const float* vg, int64_t kv_stride, int64_t dkv_stride,
+                                   int64_t heads, int64_t kv_heads, int64_t hd, int64_t g, float scale);
 namespace {
 constexpr OpsKernels with_vector_kernels(OpsKernels k) {
   k.attention_group = attention_group_avx2;

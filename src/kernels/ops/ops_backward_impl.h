@@ -71,8 +71,8 @@ void swiglu_backward_impl(float* dgate, float* dup, const float* dh, const float
 // dkg + j*dkv_stride) accumulated; k_j and v_j at kg + j*kv_stride. kg, vg,
 // dkg and dvg point at the group's position 0.
 void attention_backward_head_impl(float* dqh, float* dkg, float* dvg, const float* doh, const float* qh,
-                                  const float* kg, const float* vg, int64_t npos, int64_t kv_stride,
-                                  int64_t dkv_stride, int64_t hd, float scale, float* scores) {
+                                  const float* kg, const float* vg, int64_t npos, int64_t kv_stride, int64_t dkv_stride,
+                                  int64_t hd, float scale, float* scores) {
   // p, bit for bit as attention_forward (the same function).
   attention_probs_impl(scores, qh, kg, npos, kv_stride, hd, scale);
   // dp_j = dot_seq(dout_h, v_j) (each in d order), 16 keys side by side.

@@ -513,11 +513,10 @@ TEST(OpsBackwardBackends, AttentionGroupEqualsPerTokenReference) {
           else
             tab->attention_group(dq.data(), &dk[g * cs.hd], &dv[g * cs.hd], dout.data(), q.data(), cs.T, cs.p0,
                                  &k[g * cs.hd], &v[g * cs.hd], stride, stride, cs.heads, cs.kvh, cs.hd, g, cs.scale);
-        const std::string name =
-            std::string(tab == &detail::kOpsBackwardScalar ? "scalar"
-                        : tab == &detail::kOpsBackwardAvx2 ? "avx2"
-                                                           : "avx512") +
-            (grouped ? " grouped" : " rows");
+        const std::string name = std::string(tab == &detail::kOpsBackwardScalar ? "scalar"
+                                             : tab == &detail::kOpsBackwardAvx2 ? "avx2"
+                                                                                : "avx512") +
+                                 (grouped ? " grouped" : " rows");
         for (size_t i = 0; i < dq.size(); ++i) ASSERT_EQ(f32_bits(dq[i]), f32_bits(dq_ref[i])) << name << " dq " << i;
         for (size_t i = 0; i < dk.size(); ++i) ASSERT_EQ(f32_bits(dk[i]), f32_bits(dk_ref[i])) << name << " dk " << i;
         for (size_t i = 0; i < dv.size(); ++i) ASSERT_EQ(f32_bits(dv[i]), f32_bits(dv_ref[i])) << name << " dv " << i;

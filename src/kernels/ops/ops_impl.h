@@ -93,8 +93,8 @@ void attention_group_impl(float* out, const float* q, int64_t T, int64_t p0, con
   std::vector<float> scores(p0 + T);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = g * group; h < (g + 1) * group; ++h)
-      attention_head_impl(out + (t * heads + h) * hd, q + (t * heads + h) * hd, kg, vg, p0 + t + 1, kv_stride, hd, scale,
-                          scores.data());
+      attention_head_impl(out + (t * heads + h) * hd, q + (t * heads + h) * hd, kg, vg, p0 + t + 1, kv_stride, hd,
+                          scale, scores.data());
 }
 
 void softmax_impl(float* x, int64_t rows, int64_t n) {

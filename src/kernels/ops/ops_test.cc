@@ -208,7 +208,9 @@ TEST(OpsBackends, AttentionGroupEqualsPerTokenReference) {
                                  cs.kvh, cs.hd, g, cs.scale);
         for (size_t i = 0; i < out.size(); ++i)
           ASSERT_EQ(f32_bits(out[i]), f32_bits(ref[i]))
-              << (tab == &detail::kOpsScalar ? "scalar" : tab == &detail::kOpsAvx2 ? "avx2" : "avx512")
+              << (tab == &detail::kOpsScalar ? "scalar"
+                  : tab == &detail::kOpsAvx2 ? "avx2"
+                                             : "avx512")
               << (grouped ? " grouped" : " rows") << " hd " << cs.hd << " T " << cs.T << " p0 " << cs.p0 << " at " << i;
       }
   }
