@@ -372,12 +372,14 @@ void validate(const WeightView& w, const char* who) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Rows [n0, n0 + cols) of a row-major [N][K] source into one panel [K][32]
-// (zeros past cols); kInterleave puts column j at 2j (j < 16) or 2(j-16) + 1.
-// K is walked in blocks so the 32 destination lines of a block stay in L1.
+// (zeros past cols), W's columns [k_begin, K) only; kInterleave puts column j
+// at 2j (j < 16) or 2(j-16) + 1. K is walked in blocks so the 32 destination
+// lines of a block stay in L1. The vector packs below finish their last
+// K % 8 or K % 16 columns with it.
 template <typename T, bool kInterleave>
-void pack_panel(const T* s, int64_t K, int64_t n0, int64_t cols, T* d) {
+void pack_panel(const T* s, int64_t K, int64_t n0, int64_t cols, T* d, int64_t k_begin = 0) {
   constexpr int64_t kKb = 64;
-  for (int64_t k0 = 0; k0 < K; k0 += kKb) {
+  for (int64_t k0 = k_begin; k0 < K; k0 += kKb) {
     const int64_t kb = std::min(kKb, K - k0);
     for (int64_t j = 0; j < kPanel; ++j) {
       const int64_t pos = kInterleave ? (j < 16 ? 2 * j : 2 * (j - 16) + 1) : j;
@@ -462,10 +464,7 @@ void pack_panel_pairs(const uint16_t* s, int64_t K, int64_t n0, int64_t cols, ui
   if (cols == kPanel) {
     const int64_t k8 = K / 8 * 8;
     for (int64_t k0 = 0; k0 < k8; k0 += 8) pack_panel_pairs8(s, K, n0, k0, d);
-    for (int64_t j = 0; j < kPanel && k8 < K; ++j) {  // the last K % 8 columns
-      const int64_t pos = j < 16 ? 2 * j : 2 * (j - 16) + 1;
-      for (int64_t k = k8; k < K; ++k) d[k * kPanel + pos] = s[(n0 + j) * K + k];
-    }
+    pack_panel<uint16_t, true>(s, K, n0, cols, d, k8);  // the last K % 8 columns
     return;
   }
 #endif
@@ -480,12 +479,7 @@ void pack_panel_codes(const uint8_t* s, int64_t K, int64_t n0, int64_t cols, uin
   if (cols == kPanel) {
     const int64_t k16 = K / 16 * 16;
     for (int64_t k0 = 0; k0 < k16; k0 += 16) pack_panel_bytes16(s, K, n0, k0, d);
-    if (k16 == K) return;
-    // The last K % 16 columns: the scalar loop over W's columns [k16, K).
-    for (int64_t j = 0; j < kPanel; ++j) {
-      const int64_t pos = j < 16 ? 2 * j : 2 * (j - 16) + 1;
-      for (int64_t k = k16; k < K; ++k) d[k * kPanel + pos] = s[(n0 + j) * K + k];
-    }
+    pack_panel<uint8_t, true>(s, K, n0, cols, d, k16);  // the last K % 16 columns
     return;
   }
 #endif
