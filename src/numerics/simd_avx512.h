@@ -13,25 +13,27 @@
 
 namespace mxrl {
 
+// u + 0x7FFF + (bit 16 of u): f32_to_bf16's round to nearest even, the
+// BF16 bits in the top half (for finite u; a NaN needs bf16_bits16).
+inline __m512i bf16_rne_sum16(__m512i u) {
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  return _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+}
+
 // f32_to_bf16 on 16 lanes: RNE on the bits, a NaN quieted (payload's top
 // bits kept), as a 32-bit lane holding the 16 BF16 bits.
 inline __m512i bf16_bits16(__m512i u) {
-  const __m512i one = _mm512_set1_epi32(1);
   const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(hi, one))), 16);
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(static_cast<int>(0x7F800000)));
-  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+                                                _mm512_set1_epi32(0x7F800000));  // |u| > +Inf
+  return _mm512_mask_blend_epi32(nan, _mm512_srli_epi32(bf16_rne_sum16(u), 16),
+                                 _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
 }
 
-// The same rounding for finite lanes, back in FP32 (no NaN case: a caller
-// that may meet NaN uses bf16_bits16).
+// The same rounding for finite lanes, back in FP32.
 inline __m512 bf16_round_finite16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(bf16_rne_sum16(_mm512_castps_si512(v)), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
 // 16 consecutive inputs starting at element i, widened exactly to FP32.
