@@ -169,6 +169,54 @@ TEST(QuantBackends, F32AsBf16IsTheBf16CopyQuantized) {
     }
 }
 
+// E4M3 row blocks of BF16 values (BF16 input, FP32 read as BF16) take a
+// 16-bit path on AVX-512 (quant_avx512.cc): the E4M3 code from the BF16 bits
+// by integer arithmetic, blocks with an element in the subnormal band or a
+// scale byte under 16 left to the FP32 path. Blocks as a model's weights
+// have them (every scale byte), with elements planted on and between grid
+// points (RNE ties) at every distance below the block's maximum, so that the
+// band's edges, its inside and the values that round to zero all occur.
+TEST(QuantBackends, E4m3RowsOfBf16ValuesMatchTheReference) {
+  ThreadPool pool(2);
+  std::mt19937 rng(77);
+  const int64_t rows = 32, cols = 1024 + 5 * kMxBlock;  // two 16-block groups and a tail
+  std::vector<float> x(rows * cols);
+  for (int64_t b = 0; b < rows * cols / kMxBlock; ++b) {
+    float* v = &x[b * kMxBlock];
+    const int top = static_cast<int>(rng() % 254) - 126;  // the block maximum's exponent: every scale byte
+    for (int j = 0; j < kMxBlock; ++j) {
+      const int below = static_cast<int>(rng() % 24);  // 2^-10 .. 2^-7 of the maximum's scale and far below
+      const float grid = 1.0f + static_cast<float>(rng() % 8) / 8 + (rng() % 2 ? 1.0f / 16 : 0.0f);
+      float e = std::ldexp(grid, top - below);
+      if (rng() % 3 == 0) e = f32_from_bits(f32_bits(e) + (rng() % 3 == 0 ? 0x8000u : rng() % 0x10000u));  // BF16 rounding
+      v[j] = rng() % 2 ? -e : e;
+    }
+    v[rng() % kMxBlock] = std::ldexp(rng() % 2 ? 1.75f : 1.0f, top);  // the maximum itself
+    switch (rng() % 8) {
+      case 0: v[rng() % kMxBlock] = rng() % 2 ? 0.0f : -0.0f; break;
+      case 1: v[rng() % kMxBlock] = f32_from_bits(0x00400000u | (rng() % 2) << 31); break;  // FP32 subnormal
+      case 2: v[rng() % kMxBlock] = f32_from_bits(0x007FFFFFu); break;  // rounds to the smallest BF16 normal
+      default: break;
+    }
+  }
+  std::vector<uint16_t> bf(x.size());
+  bf16_encode(x.data(), rows * cols, bf.data(), {nullptr, Backend::Scalar});
+  for (Backend be : backends())
+    for (ScaleRule rule : {ScaleRule::Floor, ScaleRule::RCeil})
+      for (InType in : {InType::BF16, InType::F32AsBF16}) {
+        const MxConfig cfg{ElemType::E4M3, rule, Axis::Row, Rounding::RNE, 0};
+        const void* src = in == InType::BF16 ? static_cast<const void*>(bf.data()) : x.data();
+        const int64_t ns = mx_num_scales(rows, cols, Axis::Row);
+        std::vector<uint8_t> c0(x.size()), s0(ns), c1(x.size(), 0xAA), s1(ns, 0xAA);
+        mx_quantize(src, in, rows, cols, cfg, c0.data(), s0.data(), {nullptr, Backend::Scalar});
+        mx_quantize(src, in, rows, cols, cfg, c1.data(), s1.data(), {&pool, be});
+        const std::string what = std::string(backend_name(be)) + " " + scale_rule_name(rule) + " in=" +
+                                 std::to_string(static_cast<int>(in));
+        expect_same_bits(s0, s1, what + " scales");
+        expect_same_bits(c0, c1, what + " codes");
+      }
+}
+
 // The one-pass round trip (activations and gradients on the MX grid) is the
 // scalar quantize-then-dequantize, bit for bit, in place or not.
 TEST(QuantBackends, MxRoundTripRowsIsQuantizeThenDequantize) {
