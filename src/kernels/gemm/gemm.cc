@@ -661,10 +661,11 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                 pack_panel_codes(s, K, n0, cols, dst);
               // The checks read the packed panel: every code of the panel's columns, in any order.
               bool fast = f.bits == 8;
-              uint8_t any_bits = 0, max_mag = 0;  // OR and max reductions: they vectorize
+              uint8_t any_bits = 0, max_mag = 0, neg_zero = 0;  // OR and max reductions: they vectorize
               for (int64_t i = 0; i < K * kPanel; ++i) {
                 any_bits |= dst[i];
                 max_mag = std::max<uint8_t>(max_mag, dst[i] & 0x7F);
+                neg_zero |= dst[i] == 0x80;
               }
               if (max_mag >= special_min) fast = false;
               if (any_bits & ~code_limit)  // the first bad code in W's row-major order
@@ -677,6 +678,7 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                     }
               const int64_t G = pw.k_groups_;
               bool nan_scale = false;
+              uint8_t min_scale = 255;
               if (w.fmt == WFormat::MX) {
                 uint8_t* ds = pw.mx_scales_.data() + p * G * kPanel;
                 for (int64_t g = 0; g < G; ++g)
@@ -685,6 +687,7 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                     ds[g * kPanel + j] = b;
                     if (b != kE8M0Nan && static_cast<int>(b) + fold_exp > 254) fast = false;
                     if (b == kE8M0Nan) nan_scale = true;
+                    min_scale = std::min(min_scale, b);
                   }
               } else {
                 float* ds = pw.fp8_scales_.data() + p * G * kPanel;
@@ -697,10 +700,12 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
                 if (fast)
                   for (int64_t i = 0; i < G * kPanel; ++i) ds[i] = std::ldexp(ds[i], fold_exp);  // exact
               }
-              pw.fast_[p] = !fast ? 0
-                            : w.fmt == WFormat::MX && w.elem == ElemType::E4M3 && !nan_scale
-                                ? static_cast<uint8_t>(1 | PackedWeight::kLutBit)
-                                : 1;
+              const bool lut = w.fmt == WFormat::MX && w.elem == ElemType::E4M3 && !nan_scale;
+              const bool plain = lut && !neg_zero && min_scale >= 9;
+              pw.fast_[p] = !fast    ? 0
+                            : !lut   ? 1
+                            : !plain ? static_cast<uint8_t>(1 | PackedWeight::kLutBit)
+                                     : static_cast<uint8_t>(1 | PackedWeight::kLutBit | PackedWeight::kLutPlainBit);
               break;
             }
           }

@@ -122,7 +122,12 @@ class PackedWeight {
   // MX E4M3: panel p is fast and has no NaN scale, so the BF16 pair kernels
   // turn its codes into BF16 pairs by table lookup (gemm_pairs_avx512.h).
   bool panel_lut(int64_t p) const { return (fast_[p] & kLutBit) != 0; }
-  static constexpr uint8_t kLutBit = 2;
+  // A panel_lut panel with no -0 code and every scale >= 9: each nonzero
+  // code's looked-up magnitude is at least the scale's subtrahend, so the
+  // scaling is one saturating subtraction on the signed pair halves
+  // (gemm_pairs_avx512.h, lut_scale).
+  bool panel_lut_plain(int64_t p) const { return (fast_[p] & kLutPlainBit) != 0; }
+  static constexpr uint8_t kLutBit = 2, kLutPlainBit = 4;
 
  private:
   static PackedWeight pack_impl(const WeightView& w, bool transposed, const Exec& exec);

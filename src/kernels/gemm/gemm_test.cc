@@ -587,6 +587,20 @@ TEST(Gemm, LutDecodeSelection) {
   EXPECT_FALSE(pw.panel_fast(2));
   EXPECT_FALSE(pw.panel_lut(2));
   EXPECT_TRUE(pw.panel_lut(3));
+  // The one-subtraction scaling (panel_lut_plain): no -0 code, no scale under 9.
+  Weight v = make_weight(Kind::MxE4M3RCeil, 128, 256, 7);
+  for (auto& c : v.codes)
+    if (c == 0x80) c = 0;
+  for (auto& sc : v.mx_scales) sc = std::max<uint8_t>(sc, 9);
+  v.codes[40 * 256 + 3] = 0x80;  // panel 1: a -0 code
+  v.mx_scales[70 * 8 + 2] = 8;   // panel 2: a scale of 8
+  v.mx_scales[100 * 8 + 2] = 9;  // panel 3: 9 is enough
+  const PackedWeight pv = PackedWeight::pack(v.view);
+  for (int64_t p = 0; p < 4; ++p) EXPECT_TRUE(pv.panel_lut(p)) << p;
+  EXPECT_TRUE(pv.panel_lut_plain(0));
+  EXPECT_FALSE(pv.panel_lut_plain(1));
+  EXPECT_FALSE(pv.panel_lut_plain(2));
+  EXPECT_TRUE(pv.panel_lut_plain(3));
 }
 
 // The table-lookup decode against the reference and against the decode it
@@ -594,12 +608,16 @@ TEST(Gemm, LutDecodeSelection) {
 // over the whole range it takes (0 .. 134, values far below BF16's normal range
 // included) beside panels that fall back (a NaN scale, a scale over 134), X
 // with zeros and subnormals; direct (M <= 6) and blocked paths, both pair kernels.
+// Variants 3 and 4 have no -0 code, so that their panels take the
+// one-subtraction scaling (panel_lut_plain): scales down to its bound of 9
+// with the smallest negative codes, and in variant 4 one panel with a scale
+// of 8 beside them (not plain: one subtraction would borrow from the sign).
 TEST(Gemm, LutDecodeMatchesReference) {
   if (!detail::pair_lut_enabled()) GTEST_SKIP() << "no AVX512_VBMI: the table-lookup decode does not run here";
   ThreadPool pool(2);
   std::mt19937 rng(4242);
   const int64_t n = 160, k = 320;
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
     Weight w;
     w.name = "mx e4m3 lut v" + std::to_string(variant);
     w.codes.resize(static_cast<size_t>(n * k));
@@ -607,12 +625,20 @@ TEST(Gemm, LutDecodeMatchesReference) {
       c = static_cast<uint8_t>(rng());
       if ((c & 0x7F) == 0x7F) c ^= 0x01;
       if (rng() % 8 == 0) c = static_cast<uint8_t>(rng() % 2 ? 0x80 | (rng() % 8) : rng() % 8);  // zeros, subnormals
+      if (variant >= 3 && c == 0x80) c = static_cast<uint8_t>(0x81 + rng() % 2);
     }
     w.mx_scales.resize(static_cast<size_t>(n * k / 32));
     const uint8_t edge[] = {0, 1, 2, 9, 10, 11, 17, 18, 19, 127, 133, 134};
+    const uint8_t plain_edge[] = {9, 9, 9, 10, 11, 17, 18, 127, 133, 134};
     for (auto& s : w.mx_scales)
-      s = variant == 0 ? static_cast<uint8_t>(110 + rng() % 25) : variant == 1 ? edge[rng() % 12]
-                                                                               : static_cast<uint8_t>(rng() % 135);
+      s = variant == 0   ? static_cast<uint8_t>(110 + rng() % 25)
+          : variant == 1 ? edge[rng() % 12]
+          : variant == 2 ? static_cast<uint8_t>(rng() % 135)
+                         : plain_edge[rng() % 10];
+    if (variant == 4) {  // panel 1: not plain, a negative code there that one subtraction would get wrong
+      w.mx_scales[(1 * 32 + 4) * (k / 32) + 2] = 8;
+      w.codes[(1 * 32 + 4) * k + 2 * 32 + 5] = 0x81;
+    }
     if (variant == 2) {
       w.mx_scales[(2 * 32 + 5) * (k / 32) + 3] = kE8M0Nan;  // panel 2 falls back (NaN scale)
       w.mx_scales[(3 * 32 + 7) * (k / 32) + 1] = 135;       // panel 3 falls back (generic)
@@ -624,8 +650,11 @@ TEST(Gemm, LutDecodeMatchesReference) {
     EXPECT_EQ(pw.panel_lut(2), variant != 2);
     EXPECT_EQ(pw.panel_lut(3), variant != 2);
     EXPECT_TRUE(pw.panel_lut(0));
+    for (int64_t p = 0; p < pw.panels(); ++p)
+      EXPECT_EQ(pw.panel_lut_plain(p), variant == 3 || (variant == 4 && p != 1)) << w.name << " panel " << p;
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 40}) {
-      const std::vector<float> x = random_matrix(m, k, static_cast<uint32_t>(rng()), true, variant == 0);
+      // NaN and Inf in X only at m = 13: one in 40 elements makes every output NaN, blind to the weights.
+      const std::vector<float> x = random_matrix(m, k, static_cast<uint32_t>(rng()), m == 13, variant == 0);
       std::vector<float> ref(static_cast<size_t>(m * n));
       gemm_reference(x.data(), m, w.view, ref.data());
       for (const Engine& eng : engines()) {
