@@ -288,9 +288,11 @@ void pair_direct_kernel(const uint32_t* xq, int64_t K2, const PackedWeight& w, i
   }
 }
 
-// pair_direct_kernel for panel_lut panels (Src::Lut8); kPlain: all NP are panel_lut_plain.
+// pair_direct_kernel for the NP panel_lut panels ps[0 .. NP) (any panels:
+// each has its own outputs); kPlain: all of them are panel_lut_plain.
 template <class Mac, int R, int NP, bool kPlain>
-MXRL_PAIR_LUT_TARGET void pair_direct_lut(const uint32_t* xq, int64_t K2, const PackedWeight& w, int64_t p, float* y) {
+MXRL_PAIR_LUT_TARGET void pair_direct_lut(const uint32_t* xq, int64_t K2, const PackedWeight& w, const int64_t* ps,
+                                          float* y) {
   const int64_t K = w.k(), N = w.n();
   __m512 acc[R][NP][2];
 #pragma GCC unroll 16
@@ -301,12 +303,12 @@ MXRL_PAIR_LUT_TARGET void pair_direct_lut(const uint32_t* xq, int64_t K2, const 
   for (int64_t g = 0; g < K / kMxBlock; ++g) {
     __m512i d[NP][2];
 #pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) lut_scales(w, p + q, g, d[q][0], d[q][1]);
+    for (int q = 0; q < NP; ++q) lut_scales(w, ps[q], g, d[q][0], d[q][1]);
     for (int64_t k = g * kMxBlock; k < (g + 1) * kMxBlock; k += 2) {
 #pragma GCC unroll 8
       for (int q = 0; q < NP; ++q) {
         __m512i a, b;
-        lut_pairs<kPlain>(w.panel_data(p + q), k, t, d[q][0], d[q][1], a, b);
+        lut_pairs<kPlain>(w.panel_data(ps[q]), k, t, d[q][0], d[q][1], a, b);
         const PairW<Mac> w0(a), w1(b);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
@@ -319,53 +321,65 @@ MXRL_PAIR_LUT_TARGET void pair_direct_lut(const uint32_t* xq, int64_t K2, const 
   }
 #pragma GCC unroll 8
   for (int q = 0; q < NP; ++q) {
-    const int64_t cols = N - (p + q) * kPanel;
+    const int64_t cols = N - ps[q] * kPanel;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-      store_row(y + r * N + (p + q) * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16), true);
+      store_row(y + r * N + ps[q] * kPanel, acc[r][q][0], acc[r][q][1], lane_mask(cols), lane_mask(cols - 16), true);
   }
+}
+
+// pair_direct_rows for Src::Lut8: the table panels gathered by scaling
+// (plain or not) and run kNp at a time, the rest (Fast20, Generic) one by
+// one. The order does not matter: every panel has its own outputs.
+template <class Mac, int R, int kNp>
+void pair_direct_rows_lut(const uint32_t* xq, int64_t K2, const PackedWeight& w, int64_t p0, int64_t p1, float* y,
+                          const Ctx& c) {
+  int64_t group[2][kNp];  // [plain][..]
+  int n[2] = {0, 0};
+  for (int64_t p = p0; p < p1; ++p) {
+    if (!w.panel_lut(p)) {
+      if (w.panel_fast(p))
+        pair_direct_kernel<Mac, Src::Fast20, R, 1>(xq, K2, w, p, y, c);
+      else
+        pair_direct_kernel<Mac, Src::Generic, R, 1>(xq, K2, w, p, y, c);
+      continue;
+    }
+    const int plain = w.panel_lut_plain(p) ? 1 : 0;
+    group[plain][n[plain]++] = p;
+    if (n[plain] < kNp) continue;
+    if (plain)
+      pair_direct_lut<Mac, R, kNp, true>(xq, K2, w, group[1], y);
+    else
+      pair_direct_lut<Mac, R, kNp, false>(xq, K2, w, group[0], y);
+    n[plain] = 0;
+  }
+  for (int i = 0; i < n[1]; ++i) pair_direct_lut<Mac, R, 1, true>(xq, K2, w, &group[1][i], y);
+  for (int i = 0; i < n[0]; ++i) pair_direct_lut<Mac, R, 1, false>(xq, K2, w, &group[0][i], y);
 }
 
 template <class Mac, Src S, int R>
 void pair_direct_rows(const uint32_t* xq, int64_t K2, const PackedWeight& w, int64_t p0, int64_t p1, float* y,
                       const Ctx& c) {
   constexpr int kNp = R == 1 ? 4 : R <= 3 ? 2 : 1;  // >= 8 independent chains
-  for (int64_t p = p0; p < p1;) {
-    if constexpr (kNp > 1) {
-      bool same = p + kNp <= p1;
-      for (int q = 0; q < kNp && same; ++q) same = panel_src<S>(w, p + q) == S;
-      if (same) {
-        if constexpr (S == Src::Lut8) {
-          bool plain = true;
-          for (int q = 0; q < kNp; ++q) plain = plain && w.panel_lut_plain(p + q);
-          if (plain)
-            pair_direct_lut<Mac, R, kNp, true>(xq, K2, w, p, y);
-          else
-            pair_direct_lut<Mac, R, kNp, false>(xq, K2, w, p, y);
-        } else
+  if constexpr (S == Src::Lut8) {
+    pair_direct_rows_lut<Mac, R, kNp>(xq, K2, w, p0, p1, y, c);
+  } else {
+    for (int64_t p = p0; p < p1;) {
+      if constexpr (kNp > 1) {
+        bool same = p + kNp <= p1;
+        for (int q = 0; q < kNp && same; ++q) same = panel_src<S>(w, p + q) == S;
+        if (same) {
           pair_direct_kernel<Mac, S, R, kNp>(xq, K2, w, p, y, c);
-        p += kNp;
-        continue;
-      }
-    }
-    switch (panel_src<S>(w, p)) {
-      case Src::Generic: pair_direct_kernel<Mac, Src::Generic, R, 1>(xq, K2, w, p, y, c); break;
-      case Src::Fast20:
-        if constexpr (S == Src::Lut8) {
-          pair_direct_kernel<Mac, Src::Fast20, R, 1>(xq, K2, w, p, y, c);
-          break;
+          p += kNp;
+          continue;
         }
-        [[fallthrough]];
-      default:
-        if constexpr (S == Src::Lut8) {
-          if (w.panel_lut_plain(p))
-            pair_direct_lut<Mac, R, 1, true>(xq, K2, w, p, y);
-          else
-            pair_direct_lut<Mac, R, 1, false>(xq, K2, w, p, y);
-        } else
-          pair_direct_kernel<Mac, S, R, 1>(xq, K2, w, p, y, c);
+      }
+      if (panel_src<S>(w, p) == Src::Generic)
+        pair_direct_kernel<Mac, Src::Generic, R, 1>(xq, K2, w, p, y, c);
+      else
+        pair_direct_kernel<Mac, S, R, 1>(xq, K2, w, p, y, c);
+      ++p;
     }
-    ++p;
   }
 }
 
