@@ -12,6 +12,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_util.h"
+#include "numerics/bf16.h"
 #include "numerics/formats.h"
 #include "numerics/mx.h"
 #include "util/progress.h"
@@ -45,12 +46,13 @@ void bench_quantize(const BenchQuantizeOptions& a) {
     pool.parallel_for(
         n, [&](int64_t b, int64_t e) { std::memcpy(copy.data() + b, x.data() + b, (e - b) * sizeof(float)); }, 1 << 16);
   };
-  auto quant = [&](Axis axis, Rounding r, Backend be) {
-    return [&, axis, r, be] {
+  auto quant = [&](Axis axis, Rounding r, Backend be, InType in = InType::F32) {
+    return [&, axis, r, be, in] {
       MxConfig cfg{elem, ScaleRule::RCeil, axis, r, 1};
-      mx_quantize(x.data(), InType::F32, rows, cols, cfg, codes.data(), scales.data(), {&pool, be});
+      mx_quantize(x.data(), in, rows, cols, cfg, codes.data(), scales.data(), {&pool, be});
     };
   };
+  std::vector<uint16_t> bf(n);
   std::vector<Result> res;
   Progress progress;
   auto run = [&](const std::string& op, double bytes, const std::function<void()>& fn, double min_time) {
@@ -59,6 +61,11 @@ void bench_quantize(const BenchQuantizeOptions& a) {
   };
   run("memcpy", fbytes, memcpy_par, a.min_time);
   run("quantize row (rne)", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Auto), a.min_time);
+  // A model's MX prepare: the codes of the BF16 copy, each FP32 weight rounded
+  // as it is read; beside it, the BF16 prepare's pass (FP32 to BF16 bits).
+  run("quantize row (rne, as BF16)", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Auto, InType::F32AsBF16),
+      a.min_time);
+  run("bf16 encode", fbytes, [&] { bf16_encode(x.data(), n, bf.data(), exec); }, a.min_time);
   run("quantize col (rne)", fbytes, quant(Axis::Col, Rounding::RNE, Backend::Auto), a.min_time);
   run("quantize row (stochastic)", fbytes, quant(Axis::Row, Rounding::Stochastic, Backend::Auto), a.min_time);
   run(
