@@ -61,8 +61,9 @@ inline __m512 daz16(__m512i b) {
 // Per 64 codes: 1 load, 4 byte permutes and 7 logic ops (3 on a
 // panel_lut_plain panel, lut_scale), against 2 widening loads, 16 shift /
 // mask / multiply / blend ops for the FP32 decode plus merge. At batch 1 on a
-// Zen 4 core each op costs about a cycle: the plain scaling took the decode
-// from 3.55 to 2.3 ns per 64 codes (weights hot in L2, one thread).
+// Zen 4 core each op costs about a cycle, so the op count is the speed:
+// `mxrl bench gemm --shape 1x3072x1024` went from 72 to 114 GFLOP/s with the
+// plain scaling (2026-12-07, 7d09745, AMD EPYC; docs/benchmarks.md#late).
 constexpr int kLutU = 119;  // 448 * 2^119 < 2^128: the largest E4M3 value stays finite
 
 // BF16 bits of E4M3 magnitude `mag` (code & 0x7F; 0x7F, NaN, is never looked up)
