@@ -702,10 +702,9 @@ PackedWeight PackedWeight::pack_impl(const WeightView& w, bool transposed, const
               }
               const bool lut = w.fmt == WFormat::MX && w.elem == ElemType::E4M3 && !nan_scale;
               const bool plain = lut && !neg_zero && min_scale >= 9;
-              pw.fast_[p] = !fast    ? 0
-                            : !lut   ? 1
-                            : !plain ? static_cast<uint8_t>(1 | PackedWeight::kLutBit)
-                                     : static_cast<uint8_t>(1 | PackedWeight::kLutBit | PackedWeight::kLutPlainBit);
+              pw.fast_[p] = !fast ? 0
+                                  : static_cast<uint8_t>(1 | (lut ? PackedWeight::kLutBit : 0) |
+                                                         (plain ? PackedWeight::kLutPlainBit : 0));
               break;
             }
           }

@@ -338,8 +338,9 @@ void pair_direct_rows_lut(const uint32_t* xq, int64_t K2, const PackedWeight& w,
   int64_t group[2][kNp];  // [plain][..]
   int n[2] = {0, 0};
   for (int64_t p = p0; p < p1; ++p) {
-    if (!w.panel_lut(p)) {
-      if (w.panel_fast(p))
+    const Src src = panel_src<Src::Lut8>(w, p);
+    if (src != Src::Lut8) {
+      if (src == Src::Fast20)
         pair_direct_kernel<Mac, Src::Fast20, R, 1>(xq, K2, w, p, y, c);
       else
         pair_direct_kernel<Mac, Src::Generic, R, 1>(xq, K2, w, p, y, c);
