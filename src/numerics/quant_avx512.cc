@@ -321,6 +321,72 @@ void mx_dequant_col(const uint8_t* codes, const uint8_t* scales, int64_t cols, i
     }
 }
 
+// The value encode16 gives a finite lane, decoded, in FP32: |v| saturated at
+// max_normal and rounded to mbits as encode16 rounds it (the integer add, then
+// the low bits cleared instead of shifted out and rebiased; the magic add and
+// its subtraction below min_normal), the sign kept. decode16(encode16(v)) for
+// finite v, in half the operations.
+inline __m512 grid16(__m512 v, const SimdElem& p) {
+  const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), p.max_normal);
+  const __m512i ab = _mm512_castps_si512(a);
+  const __m512i lsb = _mm512_and_si512(_mm512_srl_epi32(ab, p.shift), p.one);
+  const __m512i normal = _mm512_andnot_si512(p.low_bits, _mm512_add_epi32(_mm512_add_epi32(ab, p.round_half), lsb));
+  const __m512 sub = _mm512_sub_ps(_mm512_add_ps(a, p.sub_magic), p.sub_magic);
+  const __mmask16 is_sub = _mm512_cmp_ps_mask(a, p.min_normal, _CMP_LT_OQ);
+  const __m512i r = _mm512_mask_blend_epi32(is_sub, normal, _mm512_castps_si512(sub));
+  return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(r, _mm512_castps_si512(v), p.sign_in, 0xF8));  // r | (v & sign)
+}
+
+// mx_dequant_row(mx_quant_row(x)) for FP32 rows, RNE, without the codes: a
+// good block's elements are scaled by 2^-e, put on the grid (grid16) and
+// scaled back by 2^e (VSCALEFPS rounds once, as the dequantizer's multiply by
+// the scale does, FP32 subnormal results included); a bad block's are the
+// canonical NaN. Stochastic rounding quantizes and dequantizes (codes and
+// scales are the caller's scratch for that).
+void mx_round_trip_row(const float* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
+                       uint8_t* scales, float* out) {
+  if (cfg.round == Rounding::Stochastic) {
+    mx_quant_row_t<true, InType::F32>(x, cols, r0, r1, cfg, codes, scales);
+    mx_dequant_row(codes, scales, cols, r0, r1, cfg.elem, out);
+    return;
+  }
+  const SimdElem p(cfg.elem);
+  const int64_t nb = cols / kMxBlock;
+  const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(kCanonicalNan)));
+  auto block = [&](int64_t i, bool bad, __m512 neg_e, __m512 e) {
+    for (int h = 0; h < kMxBlock; h += 16) {
+      const __m512 v = _mm512_scalef_ps(_mm512_loadu_ps(x + i + h), neg_e);
+      _mm512_storeu_ps(out + i + h, bad ? nan : _mm512_scalef_ps(grid16(v, p), e));
+    }
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+      const int64_t i0 = r * cols + b * kMxBlock;
+      __m512i m[16];
+      for (int j = 0; j < 16; ++j)
+        m[j] = _mm512_max_epu32(abs_bits16(_mm512_loadu_ps(x + i0 + j * kMxBlock)),
+                                abs_bits16(_mm512_loadu_ps(x + i0 + j * kMxBlock + 16)));
+      const __m512i amax = max_across16(m);
+      const __mmask16 bad = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(static_cast<int>(kInfBits)));
+      const __m512 e = _mm512_cvtepi32_ps(
+          _mm512_sub_epi32(scale_bytes16(amax, cfg.elem, cfg.rule), _mm512_set1_epi32(127)));  // bad lanes unused
+      for (int j = 0; j < 16; ++j) {
+        const __m512 ej = _mm512_permutexvar_ps(_mm512_set1_epi32(j), e);
+        block(i0 + j * kMxBlock, bad >> j & 1, _mm512_sub_ps(_mm512_setzero_ps(), ej), ej);
+      }
+    }
+    for (; b < nb; ++b) {
+      const int64_t i = r * cols + b * kMxBlock;
+      const uint32_t amax = _mm512_reduce_max_epu32(
+          _mm512_max_epu32(abs_bits16(_mm512_loadu_ps(x + i)), abs_bits16(_mm512_loadu_ps(x + i + 16))));
+      const bool bad = amax >= kInfBits;
+      const float e = bad ? 0.0f : static_cast<float>(scale_byte(amax, cfg.rule, p) - 127);
+      block(i, bad, _mm512_set1_ps(-e), _mm512_set1_ps(e));
+    }
+  }
+}
+
 // Runs fn(c, mask) over [c0, c1) in steps of 16.
 template <typename Fn>
 inline void for_chunks16(int64_t c0, int64_t c1, Fn&& fn) {
@@ -386,7 +452,7 @@ void bf16_round(const float* x, int64_t n, float* out) {
 }  // namespace
 
 const QuantKernels kAvx512Kernels = {mx_quant_row, mx_quant_col, mx_dequant_row, mx_dequant_col, group_amax,
-                                     group_encode, group_decode, bf16_encode,    bf16_round};
+                                     group_encode, group_decode, bf16_encode,    bf16_round,     mx_round_trip_row};
 
 }  // namespace mxrl::detail
 MXRL_END_AVX512

@@ -64,6 +64,7 @@ struct SimdElem {
   __m512 max_normal, min_normal, sub_magic;
   __m512i sub_magic_bits, round_half, exp_adjust, nan_code, sign_in, one;
   __m128i shift;   // 23 - mbits
+  __m512i low_bits;  // 2^(23 - mbits) - 1: the FP32 mantissa bits below the element's
   int sign_shift;  // 32 - bits: FP32 sign bit -> code sign bit
   int emin, mbits;
   ElemType type;
@@ -90,6 +91,7 @@ struct SimdElem {
     sign_in = _mm512_set1_epi32(static_cast<int>(0x80000000u));
     one = _mm512_set1_epi32(1);
     shift = _mm_cvtsi32_si128(c.shift);
+    low_bits = _mm512_set1_epi32(static_cast<int>((1u << c.shift) - 1));
     sign_shift = c.sign_shift;
     dec_mul = _mm512_set1_ps(c.dec_mul);
     dec_signbit = _mm512_set1_epi32(static_cast<int>(c.dec_signbit));
