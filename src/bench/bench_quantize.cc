@@ -71,6 +71,19 @@ void bench_quantize(const BenchQuantizeOptions& a) {
   run(
       "dequantize row", double(n) + double(scales.size()),
       [&] { mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, y.data(), exec); }, a.min_time);
+  // A training step's activations and gradients on the MX grid (one pass),
+  // beside the quantize-then-dequantize it replaces (same bits).
+  const MxConfig row_rne{elem, ScaleRule::RCeil, Axis::Row, Rounding::RNE, 1};
+  run(
+      "round trip row (rne)", fbytes, [&] { mx_round_trip_rows(x.data(), rows, cols, row_rne, y.data(), exec); },
+      a.min_time);
+  run(
+      "quantize + dequantize row", fbytes,
+      [&] {
+        mx_quantize(x.data(), InType::F32, rows, cols, row_rne, codes.data(), scales.data(), exec);
+        mx_dequantize(codes.data(), scales.data(), rows, cols, elem, Axis::Row, y.data(), exec);
+      },
+      a.min_time);
   run("quantize row, scalar ref", fbytes, quant(Axis::Row, Rounding::RNE, Backend::Scalar), 0);
 
   progress.clear();
