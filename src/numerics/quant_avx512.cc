@@ -117,6 +117,16 @@ inline __m512i max_across16(__m512i m[16]) {
   return m[0];
 }
 
+// Lane j: the largest |x| bits of block j of the 16 blocks from element i0.
+template <InType in>
+inline __m512i block_maxima16(const void* x, int64_t i0) {
+  __m512i m[16];
+  for (int j = 0; j < 16; ++j)
+    m[j] = _mm512_max_epu32(abs_bits16(load16(x, in, i0 + j * kMxBlock)),
+                            abs_bits16(load16(x, in, i0 + j * kMxBlock + 16)));
+  return max_across16(m);
+}
+
 // ---------------------------------------------------------------------------
 // E4M3 codes of a block of BF16 values, RNE, in 16-bit lanes (32 elements a
 // vector, half the work of the FP32 path). With BF16 bits b = sign | E << 7 |
@@ -194,11 +204,7 @@ void mx_quant_row_t(const void* x, int64_t cols, int64_t r0, int64_t r1, const M
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
       const int64_t i0 = r * cols + b * kMxBlock;
-      __m512i m[16];
-      for (int j = 0; j < 16; ++j)
-        m[j] = _mm512_max_epu32(abs_bits16(load16(x, raw, i0 + j * kMxBlock)),
-                                abs_bits16(load16(x, raw, i0 + j * kMxBlock + 16)));
-      __m512i amax = max_across16(m);
+      __m512i amax = block_maxima16<raw>(x, i0);
       if constexpr (kRound) amax = _mm512_slli_epi32(bf16_bits16(amax), 16);
       const __mmask16 bad = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(static_cast<int>(kInfBits)));
       const __m512i sb =
@@ -363,11 +369,7 @@ void mx_round_trip_row(const float* x, int64_t cols, int64_t r0, int64_t r1, con
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
       const int64_t i0 = r * cols + b * kMxBlock;
-      __m512i m[16];
-      for (int j = 0; j < 16; ++j)
-        m[j] = _mm512_max_epu32(abs_bits16(_mm512_loadu_ps(x + i0 + j * kMxBlock)),
-                                abs_bits16(_mm512_loadu_ps(x + i0 + j * kMxBlock + 16)));
-      const __m512i amax = max_across16(m);
+      const __m512i amax = block_maxima16<InType::F32>(x, i0);
       const __mmask16 bad = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(static_cast<int>(kInfBits)));
       const __m512 e = _mm512_cvtepi32_ps(
           _mm512_sub_epi32(scale_bytes16(amax, cfg.elem, cfg.rule), _mm512_set1_epi32(127)));  // bad lanes unused
