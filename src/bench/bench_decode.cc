@@ -124,14 +124,33 @@ WeightBytes weight_bytes(const Model& model, int64_t batch) {
 // over the pool's threads: memcpy (bytes copied per second: each is read once
 // and written once) and a read-only pass (bytes read per second, as decode
 // reads its weights).
+int64_t bandwidth_buffer_bytes() {
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);  // may be the host's whole L3 in a VM
+  if (llc <= 0) llc = 32L << 20;
+  return std::clamp<int64_t>(4LL * llc, 256LL << 20, 1LL << 30) / 8 * 8;
+}
+
+// One read-only pass over src (its sum kept live so the reads stay).
+void read_pass(ThreadPool& pool, const std::vector<uint64_t>& src) {
+  std::atomic<uint64_t> sum{0};
+  pool.parallel_for(
+      static_cast<int64_t>(src.size()),
+      [&](int64_t b, int64_t e) {
+        const uint64_t* p = src.data();
+        uint64_t s = 0;
+        for (int64_t i = b; i < e; ++i) s += p[i];
+        sum.fetch_add(s, std::memory_order_relaxed);
+      },
+      1 << 17);
+  if (sum.load() == 0) fail("bench decode: read pass lost");  // src is all ones
+}
+
 struct Bandwidth {
   double memcpy_gbps = 0, read_gbps = 0;
   int64_t bytes = 0;
 };
 Bandwidth measure_bandwidth(ThreadPool& pool) {
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);  // may be the host's whole L3 in a VM
-  if (llc <= 0) llc = 32L << 20;
-  const int64_t bytes = std::clamp<int64_t>(4LL * llc, 256LL << 20, 1LL << 30) / 8 * 8;
+  const int64_t bytes = bandwidth_buffer_bytes();
   std::vector<uint64_t> src(bytes / 8, 1), dst(bytes / 8, 0);
   const double tc = time_median(
       [&] {
@@ -140,21 +159,7 @@ Bandwidth measure_bandwidth(ThreadPool& pool) {
             1 << 17);
       },
       0.3);
-  std::atomic<uint64_t> sum{0};
-  const double tr = time_median(
-      [&] {
-        pool.parallel_for(
-            bytes / 8,
-            [&](int64_t b, int64_t e) {
-              const uint64_t* p = src.data();
-              uint64_t s = 0;
-              for (int64_t i = b; i < e; ++i) s += p[i];
-              sum.fetch_add(s, std::memory_order_relaxed);
-            },
-            1 << 17);
-      },
-      0.3);
-  if (sum.load() == 0) fail("bench decode: read pass lost");  // keeps the sum (and the reads) live
+  const double tr = time_median([&] { read_pass(pool, src); }, 0.3);
   return {bytes / tc / 1e9, bytes / tr / 1e9, bytes};
 }
 
@@ -165,6 +170,7 @@ struct DecodeResult {
   double step_s = 0, decode_tps = 0;
   double weight_bytes_step = 0, kv_bytes_step = 0, gbps = 0;
   double decode_vs_first = 0, prefill_vs_first = 0;
+  double read_gbps = 0;  // the read pass interleaved with this batch's decode steps (median)
 };
 }  // namespace
 
@@ -220,6 +226,10 @@ void bench_decode(const BenchDecodeOptions& a) {
     for (size_t pi = 0; pi < np; ++pi) prepare_s[pi] = median(t[pi]), weight_total[pi] = weight_bytes(*models[pi], 1).total;
   }
 
+  // The read pass again between decode steps (after every plan's step): the
+  // reference measured beside the steps it is compared with, since this
+  // machine's read rate can move by half between the start and end of a run.
+  const std::vector<uint64_t> read_buf(bandwidth_buffer_bytes() / 8, 1);
   std::vector<DecodeResult> res(np * a.batches.size());  // [plan][batch]
   for (size_t bi = 0; bi < a.batches.size(); ++bi) {
     const int64_t B = a.batches[bi];
@@ -240,6 +250,7 @@ void bench_decode(const BenchDecodeOptions& a) {
     }
     std::vector<float> logits(B * cfg.vocab_size);
     std::vector<std::vector<double>> tp(np), td(np);
+    std::vector<double> tr;
     for (int64_t rep = 0; rep < a.prefill_reps; ++rep)
       for (size_t pi = 0; pi < np; ++pi) {
         progress.show(fmt::format("  {} batch {}: prefill {}/{} {}", a.shape, B, rep + 1, a.prefill_reps, a.plans[pi]));
@@ -260,6 +271,9 @@ void bench_decode(const BenchDecodeOptions& a) {
         forward(*models[pi], *caches[pi], d, logits.data(), exec, nullptr, nullptr, &workspaces[pi]);
         td[pi].push_back(seconds_since(s0));
       }
+      const auto s0 = Clock::now();
+      read_pass(pool, read_buf);
+      tr.push_back(seconds_since(s0));
     }
     // Attention at position p reads p + 1 keys and values per layer; the
     // mean over the steps is p = prompt_len + (steps - 1) / 2.
@@ -277,6 +291,7 @@ void bench_decode(const BenchDecodeOptions& a) {
       r.weight_bytes_step = weight_bytes(*models[pi], B).per_step;
       r.kv_bytes_step = kv_bytes;
       r.gbps = (r.weight_bytes_step + r.kv_bytes_step) / r.step_s / 1e9;
+      r.read_gbps = static_cast<double>(read_buf.size() * 8) / median(tr) / 1e9;
       const DecodeResult& f = res[bi];  // the first plan at this batch
       r.decode_vs_first = r.decode_tps / f.decode_tps;
       r.prefill_vs_first = r.prefill_tps / f.prefill_tps;
@@ -352,7 +367,9 @@ void bench_decode(const BenchDecodeOptions& a) {
                               {"decode_kv_bytes_per_step", r.kv_bytes_step},
                               {"decode_gbps", r.gbps},
                               {"decode_ratio_to_memcpy", r.gbps / memcpy_gbps},
-                              {"decode_ratio_to_read", r.gbps / read_gbps}});
+                              {"decode_ratio_to_read", r.gbps / read_gbps},
+                              {"read_gbps_interleaved", r.read_gbps},
+                              {"decode_ratio_to_read_interleaved", r.gbps / r.read_gbps}});
     if (bf16_1 && mx_1)
       j["mxfp8_over_bf16_batch1"] = {{"decode_tokens_per_s", mx_1->decode_tps / bf16_1->decode_tps},
                                      {"bytes_per_step", bytes_step(*mx_1) / bytes_step(*bf16_1)}};
@@ -373,12 +390,15 @@ void bench_decode(const BenchDecodeOptions& a) {
   for (size_t pi = 0; pi < np; ++pi)
     fmt::print("{:<14} {:>12.1f} {:>10.2f} {:>12.2f} {:>6.2f}\n", a.plans[pi], weight_total[pi] / MiB, prepare_s[pi],
                reprepare_s[pi], reprepare_s[pi] / reprepare_s[0]);
-  fmt::print("{:<14} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6}\n", "plan", "batch", "prefill/s",
-             "x 1st", "decode/s", "step ms", "x 1st", "MiB/step", "GB/s", "x mcpy", "x read");
+  fmt::print("{:<14} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6} {:>7} {:>7}\n", "plan", "batch",
+             "prefill/s", "x 1st", "decode/s", "step ms", "x 1st", "MiB/step", "GB/s", "x mcpy", "x read", "read-i",
+             "x rd-i");
   for (const DecodeResult& r : res)
-    fmt::print("{:<14} {:>5} {:>10.1f} {:>6.2f} {:>9.1f} {:>8.2f} {:>6.2f} {:>9.1f} {:>7.2f} {:>7.2f} {:>6.2f}\n",
-               r.plan, r.batch, r.prefill_tps, r.prefill_vs_first, r.decode_tps, r.step_s * 1e3, r.decode_vs_first,
-               bytes_step(r) / MiB, r.gbps, r.gbps / memcpy_gbps, r.gbps / read_gbps);
+    fmt::print(
+        "{:<14} {:>5} {:>10.1f} {:>6.2f} {:>9.1f} {:>8.2f} {:>6.2f} {:>9.1f} {:>7.2f} {:>7.2f} {:>6.2f} {:>7.2f} {:>7.2f}\n",
+        r.plan, r.batch, r.prefill_tps, r.prefill_vs_first, r.decode_tps, r.step_s * 1e3, r.decode_vs_first,
+        bytes_step(r) / MiB, r.gbps, r.gbps / memcpy_gbps, r.gbps / read_gbps, r.read_gbps, r.gbps / r.read_gbps);
+  fmt::print("read-i: GB/s of the read pass run between decode steps (median); x rd-i: decode GB/s over it\n");
   if (bf16_1 && mx_1)
     fmt::print("batch 1, mxfp8 / bf16: decode tokens/s {:.2f}x for {:.2f}x the bytes read per step\n",
                mx_1->decode_tps / bf16_1->decode_tps, bytes_step(*mx_1) / bytes_step(*bf16_1));

@@ -339,6 +339,29 @@ TEST_F(Cli, BenchQuantizeJson) {
   for (const auto& x : j["results"]) EXPECT_GT(x["gbps_input"].get<double>(), 0) << x;
 }
 
+// bench decode's reference bandwidths: before and after the plans, and the
+// read pass between decode steps, each decode figure put over both.
+TEST_F(Cli, BenchDecodeJsonNamesItsReadBandwidths) {
+  const CmdResult r =
+      run("bench decode --shape tiny-dense --batch 1 --steps 2 --prompt-len 4 --prefill-reps 1 --threads 1 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1));
+  expect_provenance(j, true);
+  const double read = j["read_gbps"].get<double>();
+  const auto& ba = j["read_gbps_before_after"];
+  EXPECT_EQ(read, std::max(ba[0].get<double>(), ba[1].get<double>()));
+  ASSERT_EQ(j["results"].size(), 2u);  // bf16 and mxfp8 at batch 1
+  for (const auto& x : j["results"]) {
+    const double gbps = x["decode_gbps"].get<double>(), inter = x["read_gbps_interleaved"].get<double>();
+    EXPECT_GT(gbps, 0) << x;
+    EXPECT_GT(inter, 0) << x;
+    EXPECT_DOUBLE_EQ(x["decode_ratio_to_read"].get<double>(), gbps / read) << x;
+    EXPECT_DOUBLE_EQ(x["decode_ratio_to_read_interleaved"].get<double>(), gbps / inter) << x;
+  }
+  // One read pass per decode step serves every plan at that batch.
+  EXPECT_EQ(j["results"][0]["read_gbps_interleaved"], j["results"][1]["read_gbps_interleaved"]);
+}
+
 TEST_F(Cli, InitWritesALoadableCheckpointWithTokenizer) {
   for (const char* preset : {"tiny-dense", "tiny-moe"}) {
     const std::string dir = path(preset);
