@@ -53,7 +53,7 @@ def decode_ratios(j):
     rows = {(x["plan"], x["batch"]): x for x in j["results"]}
     for (plan, batch), x in sorted(rows.items()):
         r[f"decode read-fraction {plan} b={batch}"] = x["decode_ratio_to_read"]
-        if "decode_ratio_to_read_interleaved" in x:  # builds from fc3d6a4 on
+        if "decode_ratio_to_read_interleaved" in x:  # builds from ef82646 on
             r[f"decode read-i-fraction {plan} b={batch}"] = x["decode_ratio_to_read_interleaved"]
         if plan == "mxfp8" and ("bf16", batch) in rows:
             r[f"decode mxfp8/bf16 b={batch}"] = x["decode_tokens_per_s"] / rows[("bf16", batch)]["decode_tokens_per_s"]
