@@ -395,7 +395,8 @@ void bench_decode(const BenchDecodeOptions& a) {
              "x rd-i");
   for (const DecodeResult& r : res)
     fmt::print(
-        "{:<14} {:>5} {:>10.1f} {:>6.2f} {:>9.1f} {:>8.2f} {:>6.2f} {:>9.1f} {:>7.2f} {:>7.2f} {:>6.2f} {:>7.2f} {:>7.2f}\n",
+        "{:<14} {:>5} {:>10.1f} {:>6.2f} {:>9.1f} {:>8.2f} {:>6.2f} {:>9.1f} {:>7.2f} {:>7.2f} {:>6.2f} {:>7.2f} "
+        "{:>7.2f}\n",
         r.plan, r.batch, r.prefill_tps, r.prefill_vs_first, r.decode_tps, r.step_s * 1e3, r.decode_vs_first,
         bytes_step(r) / MiB, r.gbps, r.gbps / memcpy_gbps, r.gbps / read_gbps, r.read_gbps, r.gbps / r.read_gbps);
   fmt::print("read-i: GB/s of the read pass run between decode steps (median); x rd-i: decode GB/s over it\n");

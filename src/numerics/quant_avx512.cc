@@ -346,9 +346,10 @@ inline __m512 grid16(__m512 v, const SimdElem& p) {
 // mx_dequant_row(mx_quant_row(x)) for FP32 rows, RNE, without the codes: a
 // good block's elements are scaled by 2^-e, put on the grid (grid16) and
 // scaled back by 2^e (VSCALEFPS rounds once, as the dequantizer's multiply by
-// the scale does, FP32 subnormal results included); a bad block's are the
-// canonical NaN. Stochastic rounding quantizes and dequantizes (codes and
-// scales are the caller's scratch for that).
+// the scale does, FP32 subnormal results included, under the MXCSR the
+// quantizers run with: no DAZ, which would make that multiply read the scale
+// 2^-127 as zero); a bad block's are the canonical NaN. Stochastic rounding
+// quantizes and dequantizes (codes and scales are the caller's scratch).
 void mx_round_trip_row(const float* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
                        uint8_t* scales, float* out) {
   if (cfg.round == Rounding::Stochastic) {
