@@ -103,19 +103,19 @@ void mx_round_trip_rows(const float* x, int64_t rows, int64_t cols, const MxConf
   if (cfg.axis != Axis::Row) fail("mx_round_trip_rows: row blocks only");
   check_shape(rows, cols, cfg.axis);
   const auto& k = detail::quant_kernels(exec.backend);
+  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
+  if (k.mx_round_trip_row && cfg.round == Rounding::RNE) {
+    parallel_for(
+        exec.pool, rows, [&](int64_t r0, int64_t r1) { k.mx_round_trip_row(x, cols, r0, r1, cfg, out); }, grain);
+    return;
+  }
   // Whole-tensor buffers (the kernels index them globally, as stochastic
   // rounding counts elements globally), left uninitialised: every byte is
-  // written before it is read. A fused RNE kernel needs none.
-  std::unique_ptr<uint8_t[]> codes, scales;
-  if (!k.mx_round_trip_row || cfg.round == Rounding::Stochastic) {
-    codes.reset(new uint8_t[rows * cols]);
-    scales.reset(new uint8_t[mx_num_scales(rows, cols, Axis::Row)]);
-  }
-  const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
+  // written before it is read.
+  std::unique_ptr<uint8_t[]> codes(new uint8_t[rows * cols]), scales(new uint8_t[mx_num_scales(rows, cols, Axis::Row)]);
   parallel_for(
       exec.pool, rows,
       [&](int64_t r0, int64_t r1) {
-        if (k.mx_round_trip_row) return k.mx_round_trip_row(x, cols, r0, r1, cfg, codes.get(), scales.get(), out);
         k.mx_quant_row(x, InType::F32, cols, r0, r1, cfg, codes.get(), scales.get());
         k.mx_dequant_row(codes.get(), scales.get(), cols, r0, r1, cfg.elem, out);
       },

@@ -348,15 +348,8 @@ inline __m512 grid16(__m512 v, const SimdElem& p) {
 // scaled back by 2^e (VSCALEFPS rounds once, as the dequantizer's multiply by
 // the scale does, FP32 subnormal results included, under the MXCSR the
 // quantizers run with: no DAZ, which would make that multiply read the scale
-// 2^-127 as zero); a bad block's are the canonical NaN. Stochastic rounding
-// quantizes and dequantizes (codes and scales are the caller's scratch).
-void mx_round_trip_row(const float* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
-                       uint8_t* scales, float* out) {
-  if (cfg.round == Rounding::Stochastic) {
-    mx_quant_row_t<true, InType::F32>(x, cols, r0, r1, cfg, codes, scales);
-    mx_dequant_row(codes, scales, cols, r0, r1, cfg.elem, out);
-    return;
-  }
+// 2^-127 as zero); a bad block's are the canonical NaN.
+void mx_round_trip_row(const float* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, float* out) {
   const SimdElem p(cfg.elem);
   const int64_t nb = cols / kMxBlock;
   const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(kCanonicalNan)));

@@ -32,12 +32,12 @@ struct QuantKernels {
   // BF16 (bf16.h): out[i] = f32_to_bf16(x[i]), and its widening back, for i < n.
   void (*bf16_encode)(const float* x, int64_t n, uint16_t* out);
   void (*bf16_round)(const float* x, int64_t n, float* out);
-  // mx_dequant_row(mx_quant_row(x)) for FP32 rows [r0, r1) in one pass (codes
-  // and scales: the whole tensor's scratch, which the kernel may leave
-  // unwritten). Null where the backend has no fused kernel: mx.cc composes
-  // the two.
-  void (*mx_round_trip_row)(const float* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg, uint8_t* codes,
-                            uint8_t* scales, float* out) = nullptr;
+  // mx_dequant_row(mx_quant_row(x)) for FP32 rows [r0, r1) and RNE (cfg.round
+  // must be Rounding::RNE) in one pass, without codes. Null where the backend
+  // has none: mx.cc composes the two kernels then, and for stochastic
+  // rounding.
+  void (*mx_round_trip_row)(const float* x, int64_t cols, int64_t r0, int64_t r1, const MxConfig& cfg,
+                            float* out) = nullptr;
 };
 
 extern const QuantKernels kScalarKernels;
