@@ -120,17 +120,16 @@ WeightBytes weight_bytes(const Model& model, int64_t batch) {
   return w;
 }
 
-// Reference bandwidths on a buffer well beyond the last-level cache, split
-// over the pool's threads: memcpy (bytes copied per second: each is read once
-// and written once) and a read-only pass (bytes read per second, as decode
-// reads its weights).
-int64_t bandwidth_buffer_bytes() {
+// A buffer well beyond the last-level cache, all ones, for the reference
+// bandwidths (made once per run; every read pass below reads it).
+std::vector<uint64_t> bandwidth_buffer() {
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);  // may be the host's whole L3 in a VM
   if (llc <= 0) llc = 32L << 20;
-  return std::clamp<int64_t>(4LL * llc, 256LL << 20, 1LL << 30) / 8 * 8;
+  return std::vector<uint64_t>(std::clamp<int64_t>(4LL * llc, 256LL << 20, 1LL << 30) / 8, 1);
 }
 
-// One read-only pass over src (its sum kept live so the reads stay).
+// One read-only pass over src, split over the pool's threads (its sum kept
+// live so the reads stay).
 void read_pass(ThreadPool& pool, const std::vector<uint64_t>& src) {
   std::atomic<uint64_t> sum{0};
   pool.parallel_for(
@@ -145,18 +144,20 @@ void read_pass(ThreadPool& pool, const std::vector<uint64_t>& src) {
   if (sum.load() == 0) fail("bench decode: read pass lost");  // src is all ones
 }
 
+// Reference bandwidths on src: memcpy (bytes copied per second: each is read
+// once and written once) and a read-only pass (bytes read per second, as
+// decode reads its weights).
 struct Bandwidth {
   double memcpy_gbps = 0, read_gbps = 0;
   int64_t bytes = 0;
 };
-Bandwidth measure_bandwidth(ThreadPool& pool) {
-  const int64_t bytes = bandwidth_buffer_bytes();
-  std::vector<uint64_t> src(bytes / 8, 1), dst(bytes / 8, 0);
+Bandwidth measure_bandwidth(ThreadPool& pool, const std::vector<uint64_t>& src) {
+  const int64_t n = static_cast<int64_t>(src.size()), bytes = n * 8;
+  std::vector<uint64_t> dst(n, 0);
   const double tc = time_median(
       [&] {
         pool.parallel_for(
-            bytes / 8, [&](int64_t b, int64_t e) { std::memcpy(dst.data() + b, src.data() + b, (e - b) * 8); },
-            1 << 17);
+            n, [&](int64_t b, int64_t e) { std::memcpy(dst.data() + b, src.data() + b, (e - b) * 8); }, 1 << 17);
       },
       0.3);
   const double tr = time_median([&] { read_pass(pool, src); }, 0.3);
@@ -189,7 +190,12 @@ void bench_decode(const BenchDecodeOptions& a) {
   Progress progress;
 
   progress.show("  memory bandwidth");
-  const Bandwidth bw0 = measure_bandwidth(pool);
+  // Read before and after the plans, and again between decode steps (after
+  // every plan's step): the reference measured beside the steps it is
+  // compared with, since this machine's read rate can move by half between
+  // the start and end of a run.
+  const std::vector<uint64_t> read_buf = bandwidth_buffer();
+  const Bandwidth bw0 = measure_bandwidth(pool, read_buf);
 
   progress.show(fmt::format("  init {} (random weights)", a.shape));
   auto t0 = Clock::now();
@@ -226,10 +232,6 @@ void bench_decode(const BenchDecodeOptions& a) {
     for (size_t pi = 0; pi < np; ++pi) prepare_s[pi] = median(t[pi]), weight_total[pi] = weight_bytes(*models[pi], 1).total;
   }
 
-  // The read pass again between decode steps (after every plan's step): the
-  // reference measured beside the steps it is compared with, since this
-  // machine's read rate can move by half between the start and end of a run.
-  const std::vector<uint64_t> read_buf(bandwidth_buffer_bytes() / 8, 1);
   std::vector<DecodeResult> res(np * a.batches.size());  // [plan][batch]
   for (size_t bi = 0; bi < a.batches.size(); ++bi) {
     const int64_t B = a.batches[bi];
@@ -280,6 +282,7 @@ void bench_decode(const BenchDecodeOptions& a) {
     const double positions = static_cast<double>(a.prompt_len) + static_cast<double>(a.steps + 1) / 2.0;
     const double kv_bytes = static_cast<double>(B) * static_cast<double>(cfg.num_hidden_layers) * 2.0 * positions *
                             static_cast<double>(cfg.kv_dim()) * sizeof(float);
+    const double read_gbps_between = static_cast<double>(bw0.bytes) / median(tr) / 1e9;
     for (size_t pi = 0; pi < np; ++pi) {
       DecodeResult& r = res[pi * a.batches.size() + bi];
       r.plan = a.plans[pi];
@@ -291,7 +294,7 @@ void bench_decode(const BenchDecodeOptions& a) {
       r.weight_bytes_step = weight_bytes(*models[pi], B).per_step;
       r.kv_bytes_step = kv_bytes;
       r.gbps = (r.weight_bytes_step + r.kv_bytes_step) / r.step_s / 1e9;
-      r.read_gbps = static_cast<double>(read_buf.size() * 8) / median(tr) / 1e9;
+      r.read_gbps = read_gbps_between;
       const DecodeResult& f = res[bi];  // the first plan at this batch
       r.decode_vs_first = r.decode_tps / f.decode_tps;
       r.prefill_vs_first = r.prefill_tps / f.prefill_tps;
@@ -315,7 +318,7 @@ void bench_decode(const BenchDecodeOptions& a) {
   }
   models.clear();
   progress.show("  memory bandwidth");
-  const Bandwidth bw1 = measure_bandwidth(pool);
+  const Bandwidth bw1 = measure_bandwidth(pool, read_buf);
   progress.clear();
   // The better of the two measurements (before and after) is the reference.
   const double memcpy_gbps = std::max(bw0.memcpy_gbps, bw1.memcpy_gbps);
