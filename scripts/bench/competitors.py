@@ -130,13 +130,19 @@ def mxrl_train(a, preset, into):
         into.setdefault(r["recipe"], []).append(r["tokens_per_s"])
 
 
+def init_checkpoint(binary, preset, ckpt):
+    """`mxrl init --preset` into ckpt, unless a checkpoint is already there."""
+    if (Path(ckpt) / "config.json").exists():
+        return
+    p = subprocess.run([str(binary), "init", "--preset", preset, "--out", str(ckpt)], capture_output=True, text=True)
+    if p.returncode:
+        die(f"mxrl init --preset {preset} failed: {p.stderr.strip()[-500:]}")
+
+
 def bench_train(a, table, raw):
     for preset in a.presets:
         ckpt = Path(a.work_dir) / f"ckpt-{preset}"
-        if not (ckpt / "config.json").exists():
-            p = subprocess.run([str(a.mxrl), "init", "--preset", preset, "--out", str(ckpt)], capture_output=True, text=True)
-            if p.returncode:
-                die(f"mxrl init --preset {preset} failed: {p.stderr.strip()[-500:]}")
+        init_checkpoint(a.mxrl, preset, ckpt)
         log(f"train {preset}: loading transformers variants {', '.join(a.variants)}")
         steps = {v: torch_trainer(str(ckpt), v, a) for v in a.variants}
         mx, tor = {}, {v: [] for v in steps}

@@ -24,14 +24,13 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from competitors import ROOT, die, header, log, run_mxrl, torch_trainer  # noqa: E402
+from competitors import ROOT, die, header, init_checkpoint, log, run_mxrl, torch_trainer  # noqa: E402
 
 CONDITIONS = ("alone", "after-torch", "idle")
 
@@ -81,10 +80,7 @@ def main():
     torch.set_num_interop_threads(1)
     with tempfile.TemporaryDirectory(prefix="mxrl-train-gap-") as tmp:
         ckpt = Path(tmp) / "ckpt"
-        p = subprocess.run([str(a.mxrl), "init", "--preset", a.preset, "--out", str(ckpt)], capture_output=True,
-                           text=True)
-        if p.returncode:
-            die(f"mxrl init --preset {a.preset} failed: {p.stderr.strip()[-500:]}")
+        init_checkpoint(a.mxrl, a.preset, ckpt)
         steps = {v: torch_trainer(str(ckpt), v, a) for v in ("fp32", "bf16", "autocast")}
         for r in range(a.rounds):
             for cond in ("after-torch", "idle"):
@@ -99,7 +95,8 @@ def main():
     def cell(xs):
         return f"{statistics.median(xs):,.0f} [{min(xs):,.0f}, {max(xs):,.0f}]"
 
-    print(f"{header(a)}\n\n`mxrl bench train --preset {a.preset}`, idle {a.idle:g} s; median [min, max] of "
+    head = header(a)
+    print(f"{head}\n\n`mxrl bench train --preset {a.preset}`, idle {a.idle:g} s; median [min, max] of "
           f"{a.rounds} runs per condition\n")
     print("| condition | bf16 tokens/s | mxfp8 tokens/s | bf16 / alone | mxfp8 / alone | torch process CPU s "
           "during the run | steal share |")
@@ -112,7 +109,7 @@ def main():
               f"{med['bf16'] / base['bf16']:.3f} | {med['mxfp8'] / base['mxfp8']:.3f} | "
               f"{max(x['parent_cpu_s'] for x in rs):.2f} (max) | {max(x['steal_share'] for x in rs):.1%} (max) |")
     if a.json:
-        a.json.write_text(json.dumps(dict(header=header(a), args={k: str(v) for k, v in vars(a).items()}, runs=runs),
+        a.json.write_text(json.dumps(dict(header=head, args={k: str(v) for k, v in vars(a).items()}, runs=runs),
                                      indent=1))
 
 
